@@ -1,0 +1,146 @@
+"""Learner connector piece that puts returns, value targets and the credit advantage
+into the train batch.
+
+It runs after RLlib's `AddOneTsToEpisodesAndTruncate` (one artificial step per episode
+chunk, carrying the bootstrap observation, masked out by `LOSS_MASK`), like RLlib's
+`GeneralAdvantageEstimation`, but does not normalise advantages unless asked.
+
+The classifier `q(a|s,Z)` is evaluated here, without gradient, on a batch it has
+never trained on. Its diagnostics, the mutual-information estimate among them, are
+therefore held-out by construction: the Learner trains the classifier on this batch
+only after this piece has measured it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List
+
+import torch
+
+from ray.rllib.connectors.connector_v2 import ConnectorV2
+from ray.rllib.core.columns import Columns
+from ray.rllib.evaluation.postprocessing import Postprocessing
+from ray.rllib.utils.annotations import override
+from ray.rllib.utils.typing import EpisodeType
+
+from hca_rllib import credit
+from hca_rllib.module import RETURNS
+
+
+def _unwrapped(module):
+    return module.unwrapped() if hasattr(module, "unwrapped") else module
+
+
+class ComputeCreditAdvantages(ConnectorV2):
+    """Adds `returns`, `value_targets` and `advantages` of the configured credit mode."""
+
+    def __init__(self, input_observation_space=None, input_action_space=None, *, config):
+        super().__init__(input_observation_space, input_action_space)
+        self.config = config
+
+    @override(ConnectorV2)
+    def __call__(
+        self,
+        *,
+        rl_module,
+        batch: Dict[str, Any],
+        episodes: List[EpisodeType],
+        metrics=None,
+        **kwargs,
+    ):
+        for module_id, module_batch in batch.items():
+            module = _unwrapped(rl_module[module_id])
+            diagnostics = self._add_credit(module, module_batch)
+            if metrics is not None:
+                for key, value in diagnostics.items():
+                    metrics.log_value((module_id, key), float(value), window=1)
+        return batch
+
+    @torch.no_grad()
+    def _add_credit(self, module, b: Dict[str, Any]) -> Dict[str, Any]:
+        config = self.config
+        obs = b[Columns.OBS]
+        mask = b[Columns.LOSS_MASK].bool()
+        rewards = b[Columns.REWARDS]
+        terminateds, truncateds = b[Columns.TERMINATEDS], b[Columns.TRUNCATEDS]
+
+        policy_latent = module.pi_torso(obs)
+        policy_logits = module.pi(policy_latent)
+        values = module._values(obs, policy_latent)
+
+        bootstrap = values if config.returns == "bootstrap" else torch.zeros_like(values)
+        returns = credit.discounted_returns(rewards, bootstrap, terminateds, truncateds, config.gamma)
+        gae = credit.gae_advantages(
+            rewards, values, terminateds, truncateds, config.gamma, config.lambda_
+        )
+        value_targets = returns if config.returns == "monte_carlo" else gae + values
+        diagnostics: Dict[str, Any] = {}
+        advantages = gae
+
+        if config.uses_hindsight:
+            real_returns = returns[mask]
+            # A non-finite return must not poison the running statistics; the Learner
+            # skips the update that this batch would make.
+            if torch.isfinite(real_returns).all():
+                module.update_return_statistics(real_returns)
+            actions = b[Columns.ACTIONS].long().unsqueeze(-1)
+            log_pi_all = torch.log_softmax(policy_logits, dim=-1)
+            hindsight_logits = module._hindsight_logits(obs, policy_latent, policy_logits, returns)
+            log_q_all = torch.log_softmax(hindsight_logits, dim=-1)
+            log_pi = log_pi_all.gather(-1, actions).squeeze(-1)
+            log_q = log_q_all.gather(-1, actions).squeeze(-1)
+            pointwise_information = log_q - log_pi
+            reliability = (
+                credit.classifier_reliability(pointwise_information, mask, config.reliability_z)
+                if config.reliability_z
+                else None
+            )
+            parts = credit.credit_advantage(
+                config.credit,
+                gae=gae,
+                log_pi_taken=log_pi,
+                log_q_taken=log_q,
+                returns=returns,
+                values=values,
+                ratio_clip=config.hca_ratio_clip,
+                use_baseline=config.hca_baseline,
+                gate_delta=config.c2a2c_delta,
+                soft_gate=config.c2a2c_soft,
+                mix_eta=config.mix_eta,
+                reliability=reliability,
+            )
+            advantages = parts["advantages"]
+            b[RETURNS] = returns
+            diagnostics.update(
+                self._diagnostics(
+                    parts, gae, advantages, pointwise_information, policy_logits,
+                    hindsight_logits, b[Columns.ACTIONS], mask, reliability,
+                )
+            )
+
+        if config.normalize_advantages:
+            real = advantages[mask]
+            advantages = (advantages - real.mean()) / real.std().clamp(min=1e-8)
+        b[Postprocessing.ADVANTAGES] = advantages
+        b[Postprocessing.VALUE_TARGETS] = value_targets
+        return diagnostics
+
+    def _diagnostics(
+        self, parts, gae, advantages, pointwise_information, policy_logits,
+        hindsight_logits, actions, mask, reliability,
+    ) -> Dict[str, Any]:
+        """Method note, section 4, measured on this (held-out) batch."""
+        ratio = torch.exp(-pointwise_information)
+        out = {
+            "info/mutual_information": credit.mutual_information(pointwise_information, 0.0, mask),
+            "hindsight/accuracy": credit.argmax_accuracy(hindsight_logits, actions, mask),
+            "policy/accuracy": credit.argmax_accuracy(policy_logits, actions, mask),
+            "hca/advantage_correlation": credit.correlation(advantages, gae, mask),
+        }
+        for key, value in credit.ratio_statistics(ratio, self.config.hca_ratio_clip, mask).items():
+            out[f"hca/{key}"] = value
+        if "gate" in parts:
+            out["c2a2c/mask_fraction"] = 1.0 - parts["gate"][mask].mean()
+        if reliability is not None:
+            out["credit/reliability"] = reliability
+        return out

@@ -1,0 +1,285 @@
+"""The maths of hindsight credit assignment: pure functions, torch tensors in and out.
+
+Every function here can be checked line by line against `shared/docs/hca-method.md`
+(sections 1, 2 and 4). Nothing in this module imports RLlib.
+
+Sequence convention (the one RLlib's learner connectors produce after
+`AddOneTsToEpisodesAndTruncate`): the batch is a flat concatenation of episode
+chunks, each chunk followed by one artificial timestep whose observation is the
+chunk's last observation. For every row `t`:
+
+- `terminateds[t]` is True on the last real step of a chunk whose episode ended
+  in a terminal state: nothing follows, the return after it is 0.
+- `truncateds[t]` is True on the last real step of a chunk that did *not*
+  terminate (rollout fragment end or time limit): the return is bootstrapped
+  with `values[t + 1]`, the value of the artificial step.
+- The artificial steps carry garbage returns/advantages; the loss masks them.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+import numpy as np
+import torch
+
+CREDIT_MODES = ("a2c", "hca", "c2a2c", "mix")
+
+
+def _as_numpy(x) -> np.ndarray:
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def _like(result: np.ndarray, reference) -> torch.Tensor:
+    device = reference.device if isinstance(reference, torch.Tensor) else None
+    return torch.as_tensor(result, dtype=torch.float32, device=device)
+
+
+def discounted_returns(
+    rewards,
+    values,
+    terminateds,
+    truncateds,
+    gamma: float,
+) -> torch.Tensor:
+    """Returns-to-go `Z_t`, bootstrapped at truncation, zero after termination.
+
+    `Z_t = r_t + gamma * Z_{t+1}` inside a chunk; `Z_t = r_t + gamma * V(s_{t+1})`
+    on a truncated last step; `Z_t = r_t` on a terminal last step. Pass
+    `values` as a tensor of zeros for pure Monte Carlo returns (no bootstrap).
+    """
+    r = _as_numpy(rewards).astype(np.float64)
+    v = _as_numpy(values).astype(np.float64)
+    term = _as_numpy(terminateds).astype(bool)
+    trunc = _as_numpy(truncateds).astype(bool)
+    out = np.empty_like(r)
+    running = 0.0
+    for t in range(len(r) - 1, -1, -1):
+        if term[t]:
+            running = r[t]
+        elif trunc[t]:
+            running = r[t] + gamma * v[t + 1]
+        else:
+            running = r[t] + gamma * running
+        out[t] = running
+    return _like(out, rewards)
+
+
+def gae_advantages(
+    rewards,
+    values,
+    terminateds,
+    truncateds,
+    gamma: float,
+    lambda_: float,
+) -> torch.Tensor:
+    """GAE(lambda) advantages (Schulman et al. 2016), not normalised.
+
+    `delta_t = r_t + gamma * (1 - terminated_t) * V(s_{t+1}) - V(s_t)` and
+    `A_t = delta_t + gamma * lambda * A_{t+1}` within a chunk. With `lambda_ = 1`
+    this is the n-step A2C advantage `Z_t - V(s_t)`.
+    """
+    r = _as_numpy(rewards).astype(np.float64)
+    v = _as_numpy(values).astype(np.float64)
+    term = _as_numpy(terminateds).astype(bool)
+    trunc = _as_numpy(truncateds).astype(bool)
+    next_v = np.append(v[1:], 0.0)
+    deltas = r + gamma * (~term) * next_v - v
+    propagate = ~(term | trunc)
+    out = np.empty_like(r)
+    running = 0.0
+    decay = gamma * lambda_
+    for t in range(len(r) - 1, -1, -1):
+        running = deltas[t] + (decay * running if propagate[t] else 0.0)
+        out[t] = running
+    return _like(out, rewards)
+
+
+def hindsight_ratio(log_pi_taken: torch.Tensor, log_q_taken: torch.Tensor) -> torch.Tensor:
+    """`pi(a_t|s_t) / q(a_t|s_t, Z_t)`, unclipped (for diagnostics)."""
+    return torch.exp(log_pi_taken - log_q_taken)
+
+
+def hca_advantage(
+    log_pi_taken: torch.Tensor,
+    log_q_taken: torch.Tensor,
+    returns: torch.Tensor,
+    baseline: Optional[torch.Tensor] = None,
+    ratio_clip: float = 10.0,
+) -> torch.Tensor:
+    """Return-conditional HCA advantage `(1 - clip(pi/q, 0, rho_max)) * (Z - b)`.
+
+    `baseline=None` means `b = 0`. With the exact posterior and no clip,
+    `E[(1 - pi/h) Z | s, a] = A(s, a)` (Harutyunyan et al. 2019).
+    """
+    rho = torch.clamp(hindsight_ratio(log_pi_taken, log_q_taken), 0.0, ratio_clip)
+    centred = returns if baseline is None else returns - baseline
+    return (1.0 - rho) * centred
+
+
+def c2a2c_gate(
+    log_pi_taken: torch.Tensor,
+    log_q_taken: torch.Tensor,
+    delta: float,
+    soft: bool = False,
+) -> torch.Tensor:
+    """Credit gate `c_t`: 1 where the action told something about the return.
+
+    Hard: `1[|log q - log pi| > delta]`; soft: `min(1, |log q - log pi| / delta)`.
+    """
+    pointwise_information = torch.abs(log_q_taken - log_pi_taken)
+    if soft:
+        return torch.clamp(pointwise_information / delta, max=1.0)
+    return (pointwise_information > delta).to(torch.float32)
+
+
+def mix_advantage(
+    gae: torch.Tensor, hca: torch.Tensor, eta: float | torch.Tensor
+) -> torch.Tensor:
+    """`(1 - eta) * A_GAE + eta * A_HCA`."""
+    return (1.0 - eta) * gae + eta * hca
+
+
+def classifier_reliability(
+    pointwise_information: torch.Tensor,
+    mask: Optional[torch.Tensor] = None,
+    z_full_trust: float = 2.0,
+) -> torch.Tensor:
+    """How far the classifier can be trusted, in [0, 1], from held-out evidence.
+
+    `pointwise_information = log q(a_t|s_t,Z_t) - log pi(a_t|s_t)` on steps the
+    classifier never trained on. Its mean is the mutual-information lower bound;
+    divided by its standard error it is a z-score. Reliability is
+    `clip(z / z_full_trust, 0, 1)`: 0 when the classifier carries no (or negative,
+    i.e. miscalibrated) information, 1 once the information is clearly above noise.
+    """
+    x = pointwise_information if mask is None else pointwise_information[mask]
+    n = x.numel()
+    if n < 2:
+        return torch.zeros((), device=x.device)
+    standard_error = x.std(unbiased=True) / np.sqrt(n)
+    z = x.mean() / torch.clamp(standard_error, min=1e-8)
+    return torch.clamp(z / z_full_trust, 0.0, 1.0)
+
+
+def credit_advantage(
+    credit: str,
+    *,
+    gae: torch.Tensor,
+    log_pi_taken: torch.Tensor,
+    log_q_taken: torch.Tensor,
+    returns: torch.Tensor,
+    values: torch.Tensor,
+    ratio_clip: float = 10.0,
+    use_baseline: bool = True,
+    gate_delta: float = 0.1,
+    soft_gate: bool = False,
+    mix_eta: float = 0.5,
+    reliability: Optional[torch.Tensor] = None,
+) -> Dict[str, torch.Tensor]:
+    """The advantage of one credit mode (method note, section 2), plus its parts.
+
+    `reliability=None` gives the pure estimator of the note. A reliability `w` in
+    [0, 1] (see `classifier_reliability`) degrades each mode toward A2C as the
+    classifier's evidence vanishes: `hca` becomes `w A_HCA + (1 - w) A_GAE`,
+    `c2a2c` uses the gate `(1 - w) + w c_t`, `mix` uses `eta * w`.
+
+    Returns a dict with `advantages` and, where defined, `hca_advantages` and `gate`.
+    """
+    if credit not in CREDIT_MODES:
+        raise ValueError(f"credit must be one of {CREDIT_MODES}, got {credit!r}")
+    out: Dict[str, torch.Tensor] = {}
+    if credit == "a2c":
+        out["advantages"] = gae
+        return out
+    if credit == "c2a2c":
+        gate = c2a2c_gate(log_pi_taken, log_q_taken, gate_delta, soft=soft_gate)
+        if reliability is not None:
+            gate = (1.0 - reliability) + reliability * gate
+        out["gate"] = gate
+        out["advantages"] = gate * gae
+        return out
+    hca = hca_advantage(
+        log_pi_taken,
+        log_q_taken,
+        returns,
+        baseline=values if use_baseline else None,
+        ratio_clip=ratio_clip,
+    )
+    out["hca_advantages"] = hca
+    eta = 1.0 if credit == "hca" else mix_eta
+    if reliability is not None:
+        eta = eta * reliability
+    out["advantages"] = mix_advantage(gae, hca, eta)
+    return out
+
+
+# --- Diagnostics (method note, section 4) -------------------------------------------
+
+
+def _masked(x: torch.Tensor, mask: Optional[torch.Tensor]) -> torch.Tensor:
+    return x if mask is None else x[mask]
+
+
+def mutual_information(
+    log_q_taken: torch.Tensor,
+    log_pi_taken: torch.Tensor,
+    mask: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    """`mean_t[log q(a_t|s_t,Z_t) - log pi(a_t|s_t)]` in nats.
+
+    A variational lower bound on `I(A; Z | S)` when evaluated on data the
+    classifier did not train on.
+    """
+    return _masked(log_q_taken - log_pi_taken, mask).mean()
+
+
+def argmax_accuracy(
+    logits: torch.Tensor, actions: torch.Tensor, mask: Optional[torch.Tensor] = None
+) -> torch.Tensor:
+    """Share of steps where the most likely action is the one taken."""
+    hits = (logits.argmax(dim=-1) == actions).to(torch.float32)
+    return _masked(hits, mask).mean()
+
+
+def ratio_statistics(
+    ratio: torch.Tensor, ratio_clip: float, mask: Optional[torch.Tensor] = None
+) -> Dict[str, torch.Tensor]:
+    """Mean, max, 99th percentile and clip fraction of the unclipped `pi/q`."""
+    r = _masked(ratio, mask).to(torch.float32)
+    if r.numel() == 0:
+        zero = torch.zeros((), device=ratio.device)
+        return {"ratio_mean": zero, "ratio_max": zero, "ratio_p99": zero, "clip_fraction": zero}
+    return {
+        "ratio_mean": r.mean(),
+        "ratio_max": r.max(),
+        "ratio_p99": torch.quantile(r, 0.99),
+        "clip_fraction": (r > ratio_clip).to(torch.float32).mean(),
+    }
+
+
+def correlation(
+    x: torch.Tensor, y: torch.Tensor, mask: Optional[torch.Tensor] = None
+) -> torch.Tensor:
+    """Pearson correlation; 0 when either side is constant."""
+    x = _masked(x, mask).to(torch.float64)
+    y = _masked(y, mask).to(torch.float64)
+    xc, yc = x - x.mean(), y - y.mean()
+    denominator = torch.sqrt((xc * xc).sum() * (yc * yc).sum())
+    if denominator <= 1e-12:
+        return torch.zeros((), dtype=torch.float32, device=x.device)
+    return ((xc * yc).sum() / denominator).to(torch.float32)
+
+
+def explained_variance(
+    targets: torch.Tensor, predictions: torch.Tensor, mask: Optional[torch.Tensor] = None
+) -> torch.Tensor:
+    """`1 - Var[target - prediction] / Var[target]` (CleanRL's definition)."""
+    t = _masked(targets, mask)
+    p = _masked(predictions, mask)
+    variance = t.var(unbiased=False)
+    if variance <= 1e-12:
+        return torch.zeros((), device=t.device)
+    return 1.0 - (t - p).var(unbiased=False) / variance

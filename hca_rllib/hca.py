@@ -1,0 +1,261 @@
+"""HCA and A2C: configs, validation and the training step (one full-batch gradient
+step per iteration, as A2C does). A2C is the `credit="a2c"` member of the family."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, Optional
+
+from ray.rllib.algorithms.algorithm import Algorithm
+from ray.rllib.algorithms.algorithm_config import AlgorithmConfig, NotProvided
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+from ray.rllib.execution.rollout_ops import synchronous_parallel_sample
+from ray.rllib.utils.annotations import override
+from ray.rllib.utils.metrics import (
+    ALL_MODULES,
+    ENV_RUNNER_RESULTS,
+    ENV_RUNNER_SAMPLING_TIMER,
+    LEARNER_RESULTS,
+    LEARNER_UPDATE_TIMER,
+    NUM_ENV_STEPS_SAMPLED_LIFETIME,
+    SYNCH_WORKER_WEIGHTS_TIMER,
+    TIMERS,
+)
+
+from hca_rllib.credit import CREDIT_MODES
+from hca_rllib.module import HINDSIGHT_CHOICES, HINDSIGHT_DEFAULTS
+
+OPTIMIZERS = ("rmsprop", "adam")
+RETURN_MODES = ("bootstrap", "monte_carlo")
+
+# The fields `HCAConfig.training()` accepts on top of RLlib's, with their defaults.
+HCA_TRAINING_DEFAULTS: Dict[str, Any] = {
+    # Advantage estimator (method note, section 2): a2c, hca, c2a2c or mix.
+    "credit": "hca",
+    # `bootstrap`: n-step returns bootstrapped with V at fragment ends;
+    # `monte_carlo`: full-episode returns (needs batch_mode="complete_episodes").
+    "returns": "bootstrap",
+    "vf_loss_coeff": 0.5,
+    "entropy_coeff": 0.0,
+    # Standardise advantages over the batch (RLlib's GAE always does; A2C does not).
+    "normalize_advantages": False,
+    # `hca`: clip of rho = pi/q to [0, hca_ratio_clip]; subtract b = V when hca_baseline.
+    "hca_ratio_clip": 10.0,
+    "hca_baseline": True,
+    # `c2a2c`: gate threshold delta on |log q - log pi| (nats); soft gate if c2a2c_soft.
+    "c2a2c_delta": 0.1,
+    "c2a2c_soft": False,
+    # `mix`: weight eta of the HCA advantage.
+    "mix_eta": 0.5,
+    # Degrade toward A2C when the classifier's held-out information is not clearly
+    # above noise: trust grows linearly up to this z-score. None: pure estimators.
+    "reliability_z": 2.0,
+    # Hindsight classifier architecture (method note, section 3).
+    "hindsight": dict(HINDSIGHT_DEFAULTS),
+    "hindsight_loss_coeff": 1.0,
+    # Extra classifier-only passes over each train batch.
+    "hindsight_epochs": 0,
+    # Classifier learning rate; None: same as `lr`.
+    "hindsight_lr": None,
+    "optimizer": "rmsprop",
+    "rmsprop_alpha": 0.99,
+    "optimizer_eps": 1e-5,
+}
+
+
+class HCAConfig(AlgorithmConfig):
+    """Hindsight credit assignment on RLlib's new API stack.
+
+    .. code-block:: python
+
+        from hca_rllib import HCAConfig
+        config = HCAConfig().environment("CartPole-v1").training(credit="c2a2c")
+        algo = config.build_algo()
+        algo.train()
+    """
+
+    def __init__(self, algo_class=None):
+        super().__init__(algo_class=algo_class or HCA)
+        # A2C's usual settings (Stable-Baselines3 on vector observations).
+        self.lr = 7e-4
+        self.gamma = 0.99
+        self.lambda_ = 1.0
+        self.grad_clip = 0.5
+        self.grad_clip_by = "global_norm"
+        self.num_envs_per_env_runner = 8
+        self.train_batch_size_per_learner = 512
+        # Fragment length follows from the batch: 512 / (8 envs x runners).
+        self.rollout_fragment_length = "auto"
+        self.num_env_runners = 0
+        for key, value in HCA_TRAINING_DEFAULTS.items():
+            setattr(self, key, dict(value) if isinstance(value, dict) else value)
+
+    @override(AlgorithmConfig)
+    def training(self, *, lambda_=NotProvided, **kwargs) -> "HCAConfig":
+        """RLlib's training settings plus those in `HCA_TRAINING_DEFAULTS`."""
+        ours = {k: kwargs.pop(k) for k in list(kwargs) if k in HCA_TRAINING_DEFAULTS}
+        super().training(**kwargs)
+        if lambda_ is not NotProvided:
+            self.lambda_ = lambda_
+        for key, value in ours.items():
+            if value is NotProvided:
+                continue
+            if key == "hindsight":
+                unknown = set(value) - set(HINDSIGHT_DEFAULTS)
+                if unknown:
+                    raise ValueError(
+                        f"hindsight: unknown option(s) {sorted(unknown)}; "
+                        f"allowed: {sorted(HINDSIGHT_DEFAULTS)}"
+                    )
+                value = {**self.hindsight, **value}
+            setattr(self, key, value)
+        return self
+
+    @property
+    def uses_hindsight(self) -> bool:
+        """Whether the classifier is evaluated and trained (always, unless A2C with
+        `hindsight_loss_coeff=0`)."""
+        return self.credit != "a2c" or self.hindsight_loss_coeff > 0
+
+    @override(AlgorithmConfig)
+    def get_default_rl_module_spec(self) -> RLModuleSpec:
+        from hca_rllib.module import HCATorchRLModule
+
+        return RLModuleSpec(module_class=HCATorchRLModule)
+
+    @override(AlgorithmConfig)
+    def get_default_learner_class(self):
+        from hca_rllib.learner import HCATorchLearner
+
+        return HCATorchLearner
+
+    @property
+    @override(AlgorithmConfig)
+    def _model_config_auto_includes(self) -> Dict[str, Any]:
+        return super()._model_config_auto_includes | {"hindsight": dict(self.hindsight)}
+
+    @override(AlgorithmConfig)
+    def validate(self) -> None:
+        super().validate()
+        self._validate_hca()
+
+    def _validate_hca(self) -> None:
+        def fail(message: str) -> None:
+            self._value_error(message)
+
+        def choice(name: str, value: Any, allowed) -> None:
+            if value not in allowed:
+                fail(f"{name} must be one of {list(allowed)}, got {value!r}")
+
+        def in_range(name, value, low, high, low_open=False, high_open=False) -> None:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            ok = ok and (value > low if low_open else value >= low)
+            ok = ok and (value < high if high_open else value <= high)
+            if not ok:
+                left, right = "(" if low_open else "[", ")" if high_open else "]"
+                fail(f"{name} must be in {left}{low}, {high}{right}, got {value!r}")
+
+        if self.framework_str != "torch":
+            fail(f"framework must be 'torch', got {self.framework_str!r}")
+        if not self.enable_rl_module_and_learner or not self.enable_env_runner_and_connector_v2:
+            fail("HCA runs on RLlib's new API stack only (api_stack must stay enabled)")
+        choice("credit", self.credit, CREDIT_MODES)
+        choice("returns", self.returns, RETURN_MODES)
+        choice("optimizer", self.optimizer, OPTIMIZERS)
+        in_range("gamma", self.gamma, 0.0, 1.0, low_open=True)
+        in_range("lambda_", self.lambda_, 0.0, 1.0)
+        if not callable(self.lr) and not isinstance(self.lr, list):
+            in_range("lr", self.lr, 0.0, math.inf, low_open=True, high_open=True)
+        for name in ("vf_loss_coeff", "entropy_coeff", "hindsight_loss_coeff"):
+            in_range(name, getattr(self, name), 0.0, math.inf, high_open=True)
+        in_range("hca_ratio_clip", self.hca_ratio_clip, 1.0, math.inf, high_open=True)
+        in_range("c2a2c_delta", self.c2a2c_delta, 0.0, math.inf, low_open=True, high_open=True)
+        in_range("mix_eta", self.mix_eta, 0.0, 1.0)
+        in_range("rmsprop_alpha", self.rmsprop_alpha, 0.0, 1.0, low_open=True, high_open=True)
+        in_range("optimizer_eps", self.optimizer_eps, 0.0, 1.0, low_open=True)
+        if self.reliability_z is not None:
+            in_range("reliability_z", self.reliability_z, 0.0, math.inf, low_open=True, high_open=True)
+        if self.hindsight_lr is not None:
+            in_range("hindsight_lr", self.hindsight_lr, 0.0, math.inf, low_open=True, high_open=True)
+        if not isinstance(self.hindsight_epochs, int) or self.hindsight_epochs < 0:
+            fail(f"hindsight_epochs must be an integer >= 0, got {self.hindsight_epochs!r}")
+        for option, allowed in HINDSIGHT_CHOICES.items():
+            choice(f"hindsight.{option}", self.hindsight.get(option), allowed)
+        if self.hindsight["return_encoding"] == "bins":
+            if not isinstance(self.hindsight["num_bins"], int) or self.hindsight["num_bins"] < 2:
+                fail(f"hindsight.num_bins must be an integer >= 2, got {self.hindsight['num_bins']!r}")
+            low, high = self.hindsight["bins_range"]
+            if not low < high:
+                fail(f"hindsight.bins_range must be [low, high] with low < high, got {[low, high]}")
+        if self.returns == "monte_carlo" and self.batch_mode != "complete_episodes":
+            fail('returns="monte_carlo" needs batch_mode="complete_episodes" '
+                 f"(env_runners(batch_mode=...)), got {self.batch_mode!r}")
+        if self.model_config.get("use_lstm"):
+            fail("model_config.use_lstm: recurrent models are not supported by HCA")
+        action_space = self.action_space
+        if action_space is not None:
+            import gymnasium as gym
+
+            if not isinstance(action_space, gym.spaces.Discrete):
+                fail(f"action_space must be gymnasium.spaces.Discrete (HCA needs action "
+                     f"probabilities), got {action_space}")
+
+
+class A2CConfig(HCAConfig):
+    """Advantage actor-critic: the `credit="a2c"` case, classifier off by default."""
+
+    def __init__(self, algo_class=None):
+        super().__init__(algo_class=algo_class or A2C)
+        self.credit = "a2c"
+        self.hindsight_loss_coeff = 0.0
+
+
+class HCA(Algorithm):
+    """Sample from all EnvRunners, one full-batch gradient step, sync weights."""
+
+    @classmethod
+    @override(Algorithm)
+    def get_default_config(cls) -> HCAConfig:
+        return HCAConfig()
+
+    @override(Algorithm)
+    def training_step(self) -> None:
+        with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
+            episodes, env_runner_results = synchronous_parallel_sample(
+                worker_set=self.env_runner_group,
+                max_env_steps=self.config.total_train_batch_size,
+                sample_timeout_s=self.config.sample_timeout_s,
+                _uses_new_env_runners=True,
+                _return_metrics=True,
+            )
+        if not episodes:
+            return
+        self.metrics.aggregate(env_runner_results, key=ENV_RUNNER_RESULTS)
+
+        with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
+            learner_results = self.learner_group.update(
+                episodes=episodes,
+                timesteps={
+                    NUM_ENV_STEPS_SAMPLED_LIFETIME: self.metrics.peek(
+                        (ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME)
+                    ),
+                },
+                num_epochs=1,
+                minibatch_size=None,
+            )
+            self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
+
+        with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
+            modules_to_update = set(learner_results[0].keys()) - {ALL_MODULES}
+            self.env_runner_group.sync_weights(
+                from_worker_or_learner_group=self.learner_group,
+                policies=modules_to_update,
+                inference_only=True,
+            )
+
+
+class A2C(HCA):
+    @classmethod
+    @override(Algorithm)
+    def get_default_config(cls) -> A2CConfig:
+        return A2CConfig()

@@ -1,0 +1,177 @@
+"""The loss: policy gradient on the credit advantage, value regression, hindsight
+cross-entropy and an entropy bonus, all as means over the real (unmasked) steps.
+
+An update whose loss or gradients are not finite never reaches the weights: it is
+skipped, counted under `num_skipped_updates` and warned about.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict
+
+import torch
+
+from ray.rllib.connectors.learner import AddOneTsToEpisodesAndTruncate
+from ray.rllib.core.columns import Columns
+from ray.rllib.core.learner.learner import ENTROPY_KEY, POLICY_LOSS_KEY, VF_LOSS_KEY
+from ray.rllib.core.learner.torch.torch_learner import TorchLearner
+from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
+from ray.rllib.evaluation.postprocessing import Postprocessing
+from ray.rllib.utils.annotations import override
+from ray.rllib.utils.typing import ModuleID, ParamDict, TensorType
+
+from hca_rllib import credit
+from hca_rllib.connectors import ComputeCreditAdvantages
+from hca_rllib.module import HINDSIGHT_LOGITS
+
+logger = logging.getLogger(__name__)
+
+HINDSIGHT_OPTIMIZER = "hindsight"
+NUM_SKIPPED_UPDATES = "num_skipped_updates"
+
+
+def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return torch.sum(x[mask]) / mask.sum().clamp(min=1)
+
+
+class HCATorchLearner(TorchLearner):
+    @override(TorchLearner)
+    def build(self) -> None:
+        super().build()
+        if self._learner_connector is not None and self.config.add_default_connectors_to_learner_pipeline:
+            self._learner_connector.prepend(AddOneTsToEpisodesAndTruncate())
+            self._learner_connector.append(ComputeCreditAdvantages(config=self.config))
+
+    @classmethod
+    @override(TorchLearner)
+    def rl_module_required_apis(cls) -> list:
+        return [ValueFunctionAPI]
+
+    @override(TorchLearner)
+    def configure_optimizers_for_module(self, module_id: ModuleID, config=None) -> None:
+        """Policy and value in one optimizer, the classifier in its own.
+
+        The classifier gets its own optimizer so that `hindsight_epochs` extra passes
+        can step it alone without touching the policy's optimizer state.
+        """
+        module = self._module[module_id]
+        hindsight_names = ("hindsight.", "hindsight_torso.")
+        named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+        hindsight_params = [p for n, p in named if n.removeprefix("module.").startswith(hindsight_names)]
+        hindsight_ids = {id(p) for p in hindsight_params}
+        main_params = [p for _, p in named if id(p) not in hindsight_ids]
+        self.register_optimizer(
+            module_id=module_id,
+            optimizer=self._make_optimizer(main_params, config),
+            params=main_params,
+            lr_or_lr_schedule=config.lr,
+        )
+        if hindsight_params:
+            self.register_optimizer(
+                module_id=module_id,
+                optimizer_name=HINDSIGHT_OPTIMIZER,
+                optimizer=self._make_optimizer(hindsight_params, config),
+                params=hindsight_params,
+                lr_or_lr_schedule=config.hindsight_lr or config.lr,
+            )
+
+    @staticmethod
+    def _make_optimizer(params, config) -> torch.optim.Optimizer:
+        if config.optimizer == "rmsprop":
+            # Stable-Baselines3's A2C: alpha 0.99, eps 1e-5 (torch's default eps 1e-8
+            # gives much larger first steps).
+            return torch.optim.RMSprop(params, alpha=config.rmsprop_alpha, eps=config.optimizer_eps)
+        return torch.optim.Adam(params, eps=config.optimizer_eps)
+
+    @override(TorchLearner)
+    def compute_loss_for_module(
+        self,
+        *,
+        module_id: ModuleID,
+        config,
+        batch: Dict[str, Any],
+        fwd_out: Dict[str, TensorType],
+    ) -> TensorType:
+        mask = batch[Columns.LOSS_MASK].bool()
+        actions = batch[Columns.ACTIONS].long().unsqueeze(-1)
+        log_probs = torch.log_softmax(fwd_out[Columns.ACTION_DIST_INPUTS], dim=-1)
+        log_pi_taken = log_probs.gather(-1, actions).squeeze(-1)
+        entropy = _masked_mean(-(log_probs.exp() * log_probs).sum(-1), mask)
+
+        policy_loss = -_masked_mean(batch[Postprocessing.ADVANTAGES] * log_pi_taken, mask)
+        values = fwd_out[Columns.VF_PREDS]
+        targets = batch[Postprocessing.VALUE_TARGETS]
+        vf_loss = _masked_mean((values - targets) ** 2, mask)
+        total = policy_loss + config.vf_loss_coeff * vf_loss - config.entropy_coeff * entropy
+
+        metrics = {
+            POLICY_LOSS_KEY: policy_loss,
+            VF_LOSS_KEY: vf_loss,
+            ENTROPY_KEY: entropy,
+            "vf_explained_var": credit.explained_variance(targets, values, mask),
+            "advantage_mean": _masked_mean(batch[Postprocessing.ADVANTAGES], mask),
+        }
+        if HINDSIGHT_LOGITS in fwd_out:
+            hindsight_loss = self._hindsight_loss(fwd_out[HINDSIGHT_LOGITS], actions, mask)
+            total = total + config.hindsight_loss_coeff * hindsight_loss
+            metrics["hindsight_loss"] = hindsight_loss
+        metrics["total_loss"] = total
+        self.metrics.log_dict(
+            {k: v.detach() for k, v in metrics.items()}, key=module_id, window=1
+        )
+        return total
+
+    @staticmethod
+    def _hindsight_loss(hindsight_logits, actions, mask) -> torch.Tensor:
+        log_q = torch.log_softmax(hindsight_logits, dim=-1).gather(-1, actions).squeeze(-1)
+        return -_masked_mean(log_q, mask)
+
+    @override(TorchLearner)
+    def apply_gradients(self, gradients_dict: ParamDict) -> None:
+        """Skip the whole update if any gradient is non-finite (a NaN loss gives NaN
+        gradients, so this also covers non-finite losses and advantages)."""
+        finite = all(g is None or torch.isfinite(g).all() for g in gradients_dict.values())
+        if not finite:
+            logger.warning("Non-finite loss or gradient: skipping this update.")
+            self.metrics.log_value(NUM_SKIPPED_UPDATES, 1, reduce="sum")
+            for optimizer in self._optimizer_parameters:
+                optimizer.zero_grad(set_to_none=True)
+            return
+        self.metrics.log_value(NUM_SKIPPED_UPDATES, 0, reduce="sum")
+        super().apply_gradients(gradients_dict)
+
+    @override(TorchLearner)
+    def _update(self, batch: Dict[str, Any]):
+        result = super()._update(batch)
+        if self.config.uses_hindsight and self.config.hindsight_epochs > 0:
+            self._extra_hindsight_passes(batch)
+        return result
+
+    def _extra_hindsight_passes(self, batch: Dict[str, Any]) -> None:
+        """`hindsight_epochs` more classifier steps on the same batch, classifier only."""
+        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        for module_id in batch:
+            module = self.module[module_id].unwrapped()
+            module_batch = batch[module_id]
+            mask = module_batch[Columns.LOSS_MASK].bool()
+            actions = module_batch[Columns.ACTIONS].long().unsqueeze(-1)
+            optimizer = self.get_optimizer(module_id, HINDSIGHT_OPTIMIZER)
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            obs = module_batch[Columns.OBS]
+            with torch.no_grad():
+                latent = module.pi_torso(obs)
+                logits = module.pi(latent)
+            for _ in range(self.config.hindsight_epochs):
+                optimizer.zero_grad(set_to_none=True)
+                hindsight_logits = module._hindsight_logits(obs, latent, logits, module_batch["returns"])
+                loss = self._hindsight_loss(hindsight_logits, actions, mask)
+                loss.backward()
+                if distributed:
+                    world = torch.distributed.get_world_size()
+                    for p in params:
+                        if p.grad is not None:
+                            torch.distributed.all_reduce(p.grad)
+                            p.grad /= world
+                if all(p.grad is None or torch.isfinite(p.grad).all() for p in params):
+                    optimizer.step()

@@ -1,0 +1,276 @@
+"""RLModule with policy, value and hindsight-classifier heads (method note, section 3).
+
+Encoders come from RLlib's `Catalog`: an MLP for vector observations (by default
+separate 64x64 tanh torsos for policy and value, as Stable-Baselines3's A2C) and, for
+84x84 images, the Nature CNN with valid padding followed by a 512-unit dense layer.
+`uint8` image observations are scaled to [0, 1] here, not on the EnvRunners.
+
+The hindsight classifier `q(a | s, Z)` and the value function are training-only: with
+`inference_only=True` (EnvRunners) they are never built (`InferenceOnlyAPI`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Dict, List, Optional
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from ray.rllib.core.columns import Columns
+from ray.rllib.core.models.catalog import Catalog
+from ray.rllib.core.rl_module.apis import InferenceOnlyAPI, ValueFunctionAPI
+from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+from ray.rllib.core.rl_module.rl_module import RLModule
+from ray.rllib.core.rl_module.torch import TorchRLModule
+from ray.rllib.utils.annotations import override
+
+# Column names this package adds to train batches and forward outputs.
+RETURNS = "returns"
+HINDSIGHT_LOGITS = "hindsight_logits"
+HINDSIGHT_TRAIN_MASK = "hindsight_train_mask"
+
+# Nature DQN torso (Mnih et al. 2015), valid padding: 84x84 -> 20 -> 9 -> 7, 3136 wide.
+NATURE_CNN_FILTERS = [[32, 8, 4, "valid"], [64, 4, 2, "valid"], [64, 3, 1, "valid"]]
+NATURE_CNN_DENSE = 512
+
+HINDSIGHT_DEFAULTS: Dict[str, Any] = {
+    # `policy_relative`: logits_q = stopgrad(logits_pi) + f(s, Z); `independent`: f(s, Z).
+    "parameterization": "policy_relative",
+    # How Z enters the classifier: `standardize` (running mean/std), `symlog`, `bins`.
+    "return_encoding": "standardize",
+    # `shared_detached`, `shared` (classifier gradient reaches the policy torso), `separate`.
+    "torso": "shared_detached",
+    # Hidden layers of f(s, Z).
+    "hiddens": [64],
+    # For `return_encoding="bins"`: number of one-hot bins and the range they cover.
+    "num_bins": 21,
+    "bins_range": [-10.0, 10.0],
+}
+HINDSIGHT_CHOICES = {
+    "parameterization": ("policy_relative", "independent"),
+    "return_encoding": ("standardize", "symlog", "bins"),
+    "torso": ("shared_detached", "shared", "separate"),
+}
+
+
+def is_image_space(space: gym.Space) -> bool:
+    return isinstance(space, gym.spaces.Box) and len(space.shape) == 3
+
+
+def default_model_config(observation_space: gym.Space) -> Dict[str, Any]:
+    """RLlib's defaults overlaid with A2C's usual choices for this observation space."""
+    config = dataclasses.asdict(DefaultModelConfig())
+    if is_image_space(observation_space):
+        config.update(conv_filters=NATURE_CNN_FILTERS, vf_share_layers=True)
+    else:
+        config.update(fcnet_hiddens=[64, 64], fcnet_activation="tanh", vf_share_layers=False)
+    return config
+
+
+def _orthogonal_init(module: nn.Module, gain: float) -> None:
+    for layer in module.modules():
+        if isinstance(layer, (nn.Linear, nn.Conv2d)):
+            nn.init.orthogonal_(layer.weight, gain)
+            if layer.bias is not None:
+                nn.init.zeros_(layer.bias)
+
+
+class Torso(nn.Module):
+    """An RLlib Catalog encoder plus, for images, scaling and the dense layer after it."""
+
+    def __init__(self, observation_space: gym.Space, model_config: Dict[str, Any]):
+        super().__init__()
+        encoder_config = Catalog._get_encoder_config(
+            observation_space=observation_space, model_config_dict=dict(model_config)
+        )
+        self.encoder = encoder_config.build(framework="torch")
+        self.scale_uint8 = observation_space.dtype == np.uint8
+        width = encoder_config.output_dims[0]
+        self.post = nn.Identity()
+        if is_image_space(observation_space):
+            self.post = nn.Sequential(nn.Linear(width, NATURE_CNN_DENSE), nn.ReLU())
+            width = NATURE_CNN_DENSE
+        self.output_dim = width
+        if model_config.get("fcnet_kernel_initializer") is None:
+            _orthogonal_init(self, math.sqrt(2))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        x = obs.float()
+        if self.scale_uint8:
+            x = x / 255.0
+        return self.post(self.encoder({Columns.OBS: x})["encoder_out"])
+
+
+def _mlp(input_dim: int, hiddens: List[int], output_dim: int) -> nn.Sequential:
+    layers: List[nn.Module] = []
+    for width in hiddens:
+        layers += [nn.Linear(input_dim, width), nn.ReLU()]
+        input_dim = width
+    layers.append(nn.Linear(input_dim, output_dim))
+    return nn.Sequential(*layers)
+
+
+class ReturnEncoder(nn.Module):
+    """Encodes the return Z for the classifier; keeps running statistics as buffers."""
+
+    def __init__(self, encoding: str, num_bins: int, bins_range: List[float]):
+        super().__init__()
+        self.encoding = encoding
+        if encoding == "bins":
+            low, high = bins_range
+            self.register_buffer("bin_edges", torch.linspace(low, high, num_bins + 1)[1:-1])
+            self.output_dim = num_bins
+        else:
+            self.output_dim = 1
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+        self.register_buffer("mean", torch.zeros((), dtype=torch.float64))
+        self.register_buffer("m2", torch.zeros((), dtype=torch.float64))
+
+    @torch.no_grad()
+    def update(self, returns: torch.Tensor) -> None:
+        """Chan et al.'s parallel merge of batch moments into the running moments."""
+        z = returns.detach().to(torch.float64).flatten()
+        n = z.numel()
+        if n == 0:
+            return
+        batch_mean = z.mean()
+        batch_m2 = ((z - batch_mean) ** 2).sum()
+        total = self.count + n
+        delta = batch_mean - self.mean
+        self.mean += delta * n / total
+        self.m2 += batch_m2 + delta**2 * self.count * n / total
+        self.count.copy_(total)
+
+    def forward(self, returns: torch.Tensor) -> torch.Tensor:
+        z = returns.float()
+        if self.encoding == "standardize":
+            if self.count < 2:
+                return torch.zeros_like(z).unsqueeze(-1)
+            std = torch.sqrt(self.m2 / (self.count - 1)).clamp(min=1e-6)
+            return torch.clamp((z - self.mean.float()) / std.float(), -10.0, 10.0).unsqueeze(-1)
+        if self.encoding == "symlog":
+            return (torch.sign(z) * torch.log1p(torch.abs(z))).unsqueeze(-1)
+        index = torch.bucketize(z, self.bin_edges)
+        return nn.functional.one_hot(index, self.output_dim).float()
+
+
+class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
+    """Policy, value and hindsight heads for A2C and the HCA family."""
+
+    @override(RLModule)
+    def setup(self):
+        if not isinstance(self.action_space, gym.spaces.Discrete):
+            raise ValueError(
+                f"HCA needs a Discrete action space (it uses action probabilities), "
+                f"got {self.action_space}"
+            )
+        user_config = self.model_config or {}
+        if dataclasses.is_dataclass(user_config):
+            user_config = dataclasses.asdict(user_config)
+        self.config_ = {**default_model_config(self.observation_space), **user_config}
+        self.hindsight_config = {**HINDSIGHT_DEFAULTS, **(self.config_.get("hindsight") or {})}
+        num_actions = int(self.action_space.n)
+
+        self.pi_torso = Torso(self.observation_space, self.config_)
+        self.pi = nn.Linear(self.pi_torso.output_dim, num_actions)
+        _orthogonal_init(self.pi, 0.01)
+        if self.inference_only:
+            return
+
+        self.vf_torso = (
+            None if self.config_["vf_share_layers"] else Torso(self.observation_space, self.config_)
+        )
+        vf_width = (self.vf_torso or self.pi_torso).output_dim
+        self.vf = nn.Linear(vf_width, 1)
+        _orthogonal_init(self.vf, 1.0)
+
+        h = self.hindsight_config
+        self.hindsight_torso = (
+            Torso(self.observation_space, self.config_) if h["torso"] == "separate" else None
+        )
+        self.return_encoder = ReturnEncoder(h["return_encoding"], h["num_bins"], h["bins_range"])
+        h_width = (self.hindsight_torso or self.pi_torso).output_dim
+        self.hindsight = _mlp(h_width + self.return_encoder.output_dim, list(h["hiddens"]), num_actions)
+        _orthogonal_init(self.hindsight, math.sqrt(2))
+        final = self.hindsight[-1]
+        if h["parameterization"] == "policy_relative":
+            # f == 0 at initialisation, so q == pi exactly: an untrained classifier
+            # gives zero credit, not noise.
+            nn.init.zeros_(final.weight)
+        else:
+            nn.init.orthogonal_(final.weight, 0.01)
+
+    @override(InferenceOnlyAPI)
+    def get_non_inference_attributes(self) -> List[str]:
+        return ["vf_torso", "vf", "hindsight_torso", "return_encoder", "hindsight"]
+
+    # --- forward passes ---------------------------------------------------------------
+
+    @override(RLModule)
+    def _forward(self, batch: Dict[str, Any], **kwargs) -> Dict[str, Any]:
+        return {Columns.ACTION_DIST_INPUTS: self.pi(self.pi_torso(batch[Columns.OBS]))}
+
+    @override(RLModule)
+    def _forward_train(self, batch: Dict[str, Any], **kwargs) -> Dict[str, Any]:
+        """Policy logits, values and, when the batch carries returns, hindsight logits.
+
+        Everything the loss differentiates goes through this one call, so that
+        DistributedDataParallel sees every parameter in its forward pass.
+        """
+        obs = batch[Columns.OBS]
+        policy_latent = self.pi_torso(obs)
+        logits = self.pi(policy_latent)
+        out = {
+            Columns.ACTION_DIST_INPUTS: logits,
+            Columns.EMBEDDINGS: policy_latent,
+            Columns.VF_PREDS: self._values(obs, policy_latent),
+        }
+        if RETURNS in batch:
+            out[HINDSIGHT_LOGITS] = self._hindsight_logits(obs, policy_latent, logits, batch[RETURNS])
+        return out
+
+    def _values(self, obs: torch.Tensor, policy_latent: Optional[torch.Tensor]) -> torch.Tensor:
+        if self.vf_torso is not None:
+            latent = self.vf_torso(obs)
+        else:
+            latent = self.pi_torso(obs) if policy_latent is None else policy_latent
+        return self.vf(latent).squeeze(-1)
+
+    def _hindsight_logits(
+        self,
+        obs: torch.Tensor,
+        policy_latent: torch.Tensor,
+        policy_logits: torch.Tensor,
+        returns: torch.Tensor,
+    ) -> torch.Tensor:
+        torso = self.hindsight_config["torso"]
+        if torso == "separate":
+            latent = self.hindsight_torso(obs)
+        elif torso == "shared_detached":
+            latent = policy_latent.detach()
+        else:
+            latent = policy_latent
+        f = self.hindsight(torch.cat([latent, self.return_encoder(returns)], dim=-1))
+        if self.hindsight_config["parameterization"] == "policy_relative":
+            return policy_logits.detach() + f
+        return f
+
+    @override(ValueFunctionAPI)
+    def compute_values(self, batch: Dict[str, Any], embeddings: Optional[Any] = None) -> torch.Tensor:
+        return self._values(batch[Columns.OBS], embeddings)
+
+    # --- analysis ---------------------------------------------------------------------
+
+    def hindsight_log_probs(self, batch: Dict[str, Any], returns: torch.Tensor) -> torch.Tensor:
+        """`log q(a | s, Z)` for every action: Tensor[B, num_actions]."""
+        obs = batch[Columns.OBS]
+        latent = self.pi_torso(obs)
+        logits = self._hindsight_logits(obs, latent, self.pi(latent), returns)
+        return torch.log_softmax(logits, dim=-1)
+
+    def update_return_statistics(self, returns: torch.Tensor) -> None:
+        self.return_encoder.update(returns)

@@ -1,0 +1,705 @@
+"""Tests for the pure maths in `hca_rllib.credit` (method note: shared/docs/hca-method.md).
+
+References are written as plain per-chunk Python loops straight from the definitions,
+not as the backward recursions that the module uses.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import List
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import norm
+
+from hca_rllib import credit as C
+
+
+# --------------------------------------------------------------------------------------
+# Random episode chunks in the flat "one artificial step per chunk" convention.
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Chunk:
+    rewards: np.ndarray  # real steps only
+    values: np.ndarray  # real steps only
+    terminated: bool
+    bootstrap: float  # V(s_T) for a truncated chunk; garbage for a terminated one
+
+
+@dataclass
+class FlatBatch:
+    chunks: List[Chunk]
+    rewards: np.ndarray
+    values: np.ndarray
+    terminateds: np.ndarray
+    truncateds: np.ndarray
+    real: np.ndarray  # True on real rows, False on artificial rows
+
+
+def make_chunks(rng: np.random.Generator, n_chunks: int) -> List[Chunk]:
+    chunks = []
+    for _ in range(n_chunks):
+        n = int(rng.integers(1, 21))
+        chunks.append(
+            Chunk(
+                rewards=rng.normal(0.0, 1.0, n),
+                values=rng.normal(0.0, 2.0, n),
+                terminated=bool(rng.random() < 0.5),
+                # For a terminated chunk this is the value the network happens to give
+                # the artificial step: it must not leak into anything.
+                bootstrap=float(rng.normal(0.0, 5.0)),
+            )
+        )
+    return chunks
+
+
+def flatten(chunks: List[Chunk]) -> FlatBatch:
+    rewards, values, terms, truncs, real = [], [], [], [], []
+    for c in chunks:
+        n = len(c.rewards)
+        rewards += list(c.rewards) + [0.0]
+        values += list(c.values) + [c.bootstrap]
+        term = [False] * (n + 1)
+        trunc = [False] * (n + 1)
+        if c.terminated:
+            term[n - 1] = True
+        else:
+            trunc[n - 1] = True
+        terms += term
+        truncs += trunc
+        real += [True] * n + [False]
+    return FlatBatch(
+        chunks,
+        np.asarray(rewards, dtype=np.float64),
+        np.asarray(values, dtype=np.float64),
+        np.asarray(terms, dtype=bool),
+        np.asarray(truncs, dtype=bool),
+        np.asarray(real, dtype=bool),
+    )
+
+
+def ref_returns(chunks: List[Chunk], gamma: float, use_values: bool = True) -> np.ndarray:
+    """Z_t = sum_k gamma^k r_{t+k} (+ gamma^{T-t} V(s_T) if truncated), real rows only."""
+    out = []
+    for c in chunks:
+        n = len(c.rewards)
+        for t in range(n):
+            z = sum(gamma**k * c.rewards[t + k] for k in range(n - t))
+            if not c.terminated and use_values:
+                z += gamma ** (n - t) * c.bootstrap
+            out.append(z)
+    return np.asarray(out)
+
+
+def ref_gae(chunks: List[Chunk], gamma: float, lam: float) -> np.ndarray:
+    """A_t = sum_k (gamma lambda)^k delta_{t+k} by the explicit sum, real rows only."""
+    out = []
+    for c in chunks:
+        n = len(c.rewards)
+        next_values = list(c.values[1:]) + [0.0 if c.terminated else c.bootstrap]
+        deltas = [c.rewards[t] + gamma * next_values[t] - c.values[t] for t in range(n)]
+        for t in range(n):
+            out.append(sum((gamma * lam) ** k * deltas[t + k] for k in range(n - t)))
+    return np.asarray(out)
+
+
+def _t(x, dtype=torch.float32) -> torch.Tensor:
+    return torch.as_tensor(np.asarray(x), dtype=dtype)
+
+
+SEEDS = [0, 1, 2, 3, 4]
+
+
+def _random_setting(seed: int):
+    rng = np.random.default_rng(seed)
+    batch = flatten(make_chunks(rng, n_chunks=int(rng.integers(3, 9))))
+    gamma = float(rng.choice([0.5, 0.9, 0.99, 1.0]))
+    lam = float(rng.uniform(0.0, 1.0))
+    return batch, gamma, lam
+
+
+def test_generator_convention():
+    """The generator itself: one artificial step per chunk, flags on the last real step."""
+    batch, _, _ = _random_setting(0)
+    n_real = sum(len(c.rewards) for c in batch.chunks)
+    assert batch.real.sum() == n_real
+    assert (~batch.real).sum() == len(batch.chunks)
+    assert not (batch.terminateds & batch.truncateds).any()
+    assert (batch.terminateds | batch.truncateds).sum() == len(batch.chunks)
+    # Every flag sits right before an artificial row; artificial rows carry reward 0.
+    flagged = np.flatnonzero(batch.terminateds | batch.truncateds)
+    assert not batch.real[flagged + 1].any()
+    assert (batch.rewards[~batch.real] == 0).all()
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_discounted_returns_match_brute_force(seed):
+    batch, gamma, _ = _random_setting(seed)
+    z = C.discounted_returns(
+        _t(batch.rewards), _t(batch.values), _t(batch.terminateds, torch.bool),
+        _t(batch.truncateds, torch.bool), gamma,
+    )
+    assert isinstance(z, torch.Tensor) and z.shape == (len(batch.rewards),)
+    np.testing.assert_allclose(
+        z.numpy()[batch.real], ref_returns(batch.chunks, gamma), atol=1e-4, rtol=0
+    )
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_discounted_returns_with_zero_values_are_monte_carlo(seed):
+    batch, gamma, _ = _random_setting(seed)
+    z = C.discounted_returns(
+        _t(batch.rewards), torch.zeros(len(batch.rewards)),
+        _t(batch.terminateds, torch.bool), _t(batch.truncateds, torch.bool), gamma,
+    )
+    np.testing.assert_allclose(
+        z.numpy()[batch.real],
+        ref_returns(batch.chunks, gamma, use_values=False),
+        atol=1e-4,
+        rtol=0,
+    )
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_gae_matches_explicit_sum(seed):
+    batch, gamma, lam = _random_setting(seed)
+    args = (
+        _t(batch.rewards), _t(batch.values), _t(batch.terminateds, torch.bool),
+        _t(batch.truncateds, torch.bool),
+    )
+    for lam_ in (lam, 0.0, 1.0):
+        adv = C.gae_advantages(*args, gamma, lam_)
+        np.testing.assert_allclose(
+            adv.numpy()[batch.real], ref_gae(batch.chunks, gamma, lam_), atol=1e-4, rtol=0,
+            err_msg=f"lambda={lam_}",
+        )
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_gae_lambda_one_is_return_minus_value(seed):
+    batch, gamma, _ = _random_setting(seed)
+    args = (
+        _t(batch.rewards), _t(batch.values), _t(batch.terminateds, torch.bool),
+        _t(batch.truncateds, torch.bool),
+    )
+    adv = C.gae_advantages(*args, gamma, 1.0)
+    z = C.discounted_returns(*args, gamma)
+    np.testing.assert_allclose(
+        adv.numpy()[batch.real],
+        (z - _t(batch.values)).numpy()[batch.real],
+        atol=1e-4,
+        rtol=0,
+    )
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_gae_matches_rllib_compute_value_targets(seed):
+    from ray.rllib.utils.postprocessing.value_predictions import compute_value_targets
+
+    batch, gamma, lam = _random_setting(seed)
+    targets = compute_value_targets(
+        batch.values.astype(np.float32),
+        batch.rewards.astype(np.float32),
+        batch.terminateds.astype(np.float32),
+        batch.truncateds.astype(np.float32),
+        gamma,
+        lam,
+    )
+    rllib_adv = targets - batch.values.astype(np.float32)
+    adv = C.gae_advantages(
+        _t(batch.rewards), _t(batch.values), _t(batch.terminateds, torch.bool),
+        _t(batch.truncateds, torch.bool), gamma, lam,
+    )
+    np.testing.assert_allclose(
+        adv.numpy()[batch.real], rllib_adv[batch.real], atol=1e-4, rtol=0
+    )
+
+
+def test_returns_and_gae_accept_numpy_inputs():
+    batch, gamma, lam = _random_setting(7)
+    z = C.discounted_returns(
+        batch.rewards, batch.values, batch.terminateds, batch.truncateds, gamma
+    )
+    adv = C.gae_advantages(
+        batch.rewards, batch.values, batch.terminateds, batch.truncateds, gamma, lam
+    )
+    assert z.dtype == torch.float32 and adv.dtype == torch.float32
+    np.testing.assert_allclose(z.numpy()[batch.real], ref_returns(batch.chunks, gamma), atol=1e-4)
+    np.testing.assert_allclose(
+        adv.numpy()[batch.real], ref_gae(batch.chunks, gamma, lam), atol=1e-4
+    )
+
+
+# --------------------------------------------------------------------------------------
+# Closed forms.
+# --------------------------------------------------------------------------------------
+
+
+def _single_chunk(rewards, terminated: bool, bootstrap: float, values=None):
+    n = len(rewards)
+    values = np.zeros(n) if values is None else np.asarray(values, dtype=np.float64)
+    return flatten([Chunk(np.asarray(rewards, float), values, terminated, bootstrap)])
+
+
+@pytest.mark.parametrize("n", [1, 5, 20])
+@pytest.mark.parametrize("gamma", [0.5, 0.9, 0.99])
+def test_constant_reward_terminated_closed_form(n, gamma):
+    batch = _single_chunk(np.ones(n), terminated=True, bootstrap=123.0)
+    z = C.discounted_returns(
+        batch.rewards, batch.values, batch.terminateds, batch.truncateds, gamma
+    ).numpy()
+    expected = [(1 - gamma ** (n - t)) / (1 - gamma) for t in range(n)]
+    np.testing.assert_allclose(z[:n], expected, rtol=1e-6)
+    assert math.isclose(z[0], (1 - gamma**n) / (1 - gamma), rel_tol=1e-6)
+
+
+def test_constant_reward_truncated_closed_form():
+    n, gamma, v_boot = 7, 0.9, 4.0
+    batch = _single_chunk(np.ones(n), terminated=False, bootstrap=v_boot)
+    z = C.discounted_returns(
+        batch.rewards, batch.values, batch.terminateds, batch.truncateds, gamma
+    ).numpy()
+    assert math.isclose(
+        z[0], (1 - gamma**n) / (1 - gamma) + gamma**n * v_boot, rel_tol=1e-6
+    )
+
+
+def test_gamma_one_sums():
+    rewards = np.array([1.0, -2.0, 3.5, 0.25])
+    term = _single_chunk(rewards, terminated=True, bootstrap=99.0)
+    z = C.discounted_returns(term.rewards, term.values, term.terminateds, term.truncateds, 1.0)
+    np.testing.assert_allclose(z.numpy()[:4], [2.75, 1.75, 3.75, 0.25], atol=1e-6)
+    trunc = _single_chunk(rewards, terminated=False, bootstrap=10.0)
+    z = C.discounted_returns(
+        trunc.rewards, trunc.values, trunc.terminateds, trunc.truncateds, 1.0
+    )
+    np.testing.assert_allclose(z.numpy()[:4], [12.75, 11.75, 13.75, 10.25], atol=1e-6)
+
+
+def test_terminated_chunk_ignores_artificial_value():
+    """A terminated chunk followed by another chunk: no value from either may leak."""
+    rng = np.random.default_rng(11)
+    chunks = [
+        Chunk(rng.normal(size=4), rng.normal(size=4), True, 1e3),
+        Chunk(rng.normal(size=3), rng.normal(size=3), False, -7.0),
+    ]
+    batch = flatten(chunks)
+    for bogus in (1e3, -1e3):
+        batch.values[4] = bogus  # artificial value of the terminated chunk
+        z = C.discounted_returns(batch.rewards, batch.values, batch.terminateds,
+                                 batch.truncateds, 0.9)
+        adv = C.gae_advantages(batch.rewards, batch.values, batch.terminateds,
+                               batch.truncateds, 0.9, 0.8)
+        np.testing.assert_allclose(z.numpy()[batch.real], ref_returns(chunks, 0.9), atol=1e-4)
+        np.testing.assert_allclose(
+            adv.numpy()[batch.real], ref_gae(chunks, 0.9, 0.8), atol=1e-4
+        )
+
+
+# --------------------------------------------------------------------------------------
+# HCA advantage and the C2A2C gate.
+# --------------------------------------------------------------------------------------
+
+
+def _random_logs(seed: int, n: int = 64, n_actions: int = 4):
+    g = torch.Generator().manual_seed(seed)
+    log_pi = torch.log_softmax(torch.randn(n, n_actions, generator=g), -1)[:, 0]
+    log_q = torch.log_softmax(torch.randn(n, n_actions, generator=g), -1)[:, 0]
+    returns = 5.0 * torch.randn(n, generator=g)
+    values = 3.0 * torch.randn(n, generator=g)
+    return log_pi, log_q, returns, values
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_hca_zero_when_q_equals_pi(seed):
+    log_pi, _, returns, values = _random_logs(seed)
+    for baseline in (None, values):
+        for clip in (10.0, 1e6):
+            adv = C.hca_advantage(log_pi, log_pi.clone(), returns, baseline, clip)
+            assert (adv == 0).all()
+
+
+def test_hca_ratio_is_clipped():
+    pi, q = 0.5, 0.01  # pi/q = 50
+    log_pi = torch.log(torch.tensor([pi, pi], dtype=torch.float64))
+    log_q = torch.log(torch.tensor([q, q], dtype=torch.float64))
+    returns = torch.tensor([3.0, -2.0], dtype=torch.float64)
+    baseline = torch.tensor([1.0, 0.5], dtype=torch.float64)
+    clipped = C.hca_advantage(log_pi, log_q, returns, baseline, ratio_clip=10.0)
+    torch.testing.assert_close(clipped, (1 - 10.0) * (returns - baseline))
+    unclipped = C.hca_advantage(log_pi, log_q, returns, baseline, ratio_clip=100.0)
+    torch.testing.assert_close(unclipped, (1 - 50.0) * (returns - baseline))
+    torch.testing.assert_close(
+        C.hindsight_ratio(log_pi, log_q), torch.full((2,), 50.0, dtype=torch.float64)
+    )
+
+
+def test_hca_formula_and_baseline_none_is_zero():
+    log_pi, log_q, returns, values = _random_logs(3)
+    clip = 2.0
+    rho = np.clip(np.exp(log_pi.numpy() - log_q.numpy()), 0.0, clip)
+    assert (rho == clip).any() and (rho < 1).any()  # both regimes are exercised
+    np.testing.assert_allclose(
+        C.hca_advantage(log_pi, log_q, returns, values, clip).numpy(),
+        (1 - rho) * (returns.numpy() - values.numpy()),
+        rtol=1e-5, atol=1e-5,
+    )
+    none = C.hca_advantage(log_pi, log_q, returns, None, clip)
+    np.testing.assert_allclose(none.numpy(), (1 - rho) * returns.numpy(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        none, C.hca_advantage(log_pi, log_q, returns, torch.zeros_like(returns), clip)
+    )
+
+
+def test_gate_masks_everything_when_q_equals_pi():
+    log_pi, _, _, _ = _random_logs(4)
+    for delta in (1e-6, 0.1, 1.0):
+        assert (C.c2a2c_gate(log_pi, log_pi.clone(), delta) == 0).all()
+        assert (C.c2a2c_gate(log_pi, log_pi.clone(), delta, soft=True) == 0).all()
+
+
+def test_hard_gate_threshold():
+    delta, eps = 0.1, 1e-4
+    log_pi = torch.full((4,), -1.0, dtype=torch.float64)
+    offsets = torch.tensor([delta - eps, -(delta - eps), delta + eps, -(delta + eps)],
+                           dtype=torch.float64)
+    gate = C.c2a2c_gate(log_pi, log_pi + offsets, delta)
+    assert gate.tolist() == [0.0, 0.0, 1.0, 1.0]
+    # Exactly at delta (0.5 and the logs are exact in binary): strict '>' keeps it masked.
+    for dtype in (torch.float32, torch.float64):
+        log_pi = torch.tensor([-1.0, -1.0], dtype=dtype)
+        log_q = torch.tensor([-0.5, -1.5], dtype=dtype)
+        assert C.c2a2c_gate(log_pi, log_q, 0.5).tolist() == [0.0, 0.0]
+        assert C.c2a2c_gate(log_pi, log_q, 0.5, soft=True).tolist() == [1.0, 1.0]
+
+
+def test_soft_gate_is_min_one_ratio():
+    delta = 0.3
+    log_pi, log_q, _, _ = _random_logs(5)
+    gate = C.c2a2c_gate(log_pi, log_q, delta, soft=True)
+    expected = np.minimum(1.0, np.abs(log_q.numpy() - log_pi.numpy()) / delta)
+    assert (expected < 1).any() and (expected == 1).any()
+    np.testing.assert_allclose(gate.numpy(), expected, rtol=1e-6)
+    assert (gate >= 0).all() and (gate <= 1).all()
+
+
+# --------------------------------------------------------------------------------------
+# credit_advantage: every mode, graceful degradation.
+# --------------------------------------------------------------------------------------
+
+
+def _credit_inputs(seed: int = 6):
+    log_pi, log_q, returns, values = _random_logs(seed)
+    g = torch.Generator().manual_seed(seed + 100)
+    gae = 2.0 * torch.randn(log_pi.shape, generator=g)
+    return dict(gae=gae, log_pi_taken=log_pi, log_q_taken=log_q, returns=returns,
+                values=values)
+
+
+def test_credit_a2c_returns_gae_unchanged():
+    inp = _credit_inputs()
+    out = C.credit_advantage("a2c", **inp)
+    assert torch.equal(out["advantages"], inp["gae"])
+    out = C.credit_advantage("a2c", **inp, reliability=torch.tensor(0.3))
+    assert torch.equal(out["advantages"], inp["gae"])
+
+
+@pytest.mark.parametrize("use_baseline", [True, False])
+def test_credit_hca_mode(use_baseline):
+    inp = _credit_inputs()
+    out = C.credit_advantage("hca", **inp, ratio_clip=5.0, use_baseline=use_baseline)
+    expected = C.hca_advantage(
+        inp["log_pi_taken"], inp["log_q_taken"], inp["returns"],
+        inp["values"] if use_baseline else None, 5.0,
+    )
+    torch.testing.assert_close(out["advantages"], expected)
+    torch.testing.assert_close(out["hca_advantages"], expected)
+    same = dict(inp, log_q_taken=inp["log_pi_taken"].clone())
+    out = C.credit_advantage("hca", **same, use_baseline=use_baseline)
+    assert (out["advantages"] == 0).all()
+
+
+@pytest.mark.parametrize("soft", [False, True])
+def test_credit_c2a2c_mode(soft):
+    inp = _credit_inputs()
+    out = C.credit_advantage("c2a2c", **inp, gate_delta=0.2, soft_gate=soft)
+    gate = C.c2a2c_gate(inp["log_pi_taken"], inp["log_q_taken"], 0.2, soft=soft)
+    torch.testing.assert_close(out["gate"], gate)
+    torch.testing.assert_close(out["advantages"], gate * inp["gae"])
+    same = dict(inp, log_q_taken=inp["log_pi_taken"].clone())
+    out = C.credit_advantage("c2a2c", **same, gate_delta=0.2, soft_gate=soft)
+    assert (out["advantages"] == 0).all()
+    assert (out["gate"] == 0).all()
+
+
+@pytest.mark.parametrize("eta", [0.0, 0.25, 1.0])
+def test_credit_mix_interpolates(eta):
+    inp = _credit_inputs()
+    out = C.credit_advantage("mix", **inp, mix_eta=eta, ratio_clip=5.0)
+    hca = C.hca_advantage(inp["log_pi_taken"], inp["log_q_taken"], inp["returns"],
+                          inp["values"], 5.0)
+    torch.testing.assert_close(out["advantages"], (1 - eta) * inp["gae"] + eta * hca)
+    torch.testing.assert_close(out["hca_advantages"], hca)
+
+
+@pytest.mark.parametrize("mode", C.CREDIT_MODES)
+def test_zero_reliability_degrades_to_gae_exactly(mode):
+    inp = _credit_inputs()
+    out = C.credit_advantage(mode, **inp, mix_eta=0.7, reliability=torch.tensor(0.0))
+    assert torch.equal(out["advantages"], inp["gae"]), mode
+    # Also when the classifier is exactly uninformative (q == pi).
+    same = dict(inp, log_q_taken=inp["log_pi_taken"].clone())
+    out = C.credit_advantage(mode, **same, mix_eta=0.7, reliability=torch.tensor(0.0))
+    assert torch.equal(out["advantages"], inp["gae"]), mode
+
+
+@pytest.mark.parametrize("mode", C.CREDIT_MODES)
+@pytest.mark.parametrize("soft", [False, True])
+def test_full_reliability_is_pure_estimator(mode, soft):
+    inp = _credit_inputs()
+    kw = dict(mix_eta=0.7, soft_gate=soft, gate_delta=0.2, ratio_clip=5.0)
+    pure = C.credit_advantage(mode, **inp, **kw)
+    trusted = C.credit_advantage(mode, **inp, **kw, reliability=torch.tensor(1.0))
+    assert pure.keys() == trusted.keys()
+    for key in pure:
+        torch.testing.assert_close(trusted[key], pure[key])
+
+
+def test_partial_reliability_interpolates():
+    inp = _credit_inputs()
+    w = torch.tensor(0.4)
+    kw = dict(mix_eta=0.7, gate_delta=0.2, ratio_clip=5.0)
+    hca = C.hca_advantage(inp["log_pi_taken"], inp["log_q_taken"], inp["returns"],
+                          inp["values"], 5.0)
+    gae = inp["gae"]
+    out = C.credit_advantage("hca", **inp, **kw, reliability=w)
+    torch.testing.assert_close(out["advantages"], w * hca + (1 - w) * gae)
+    out = C.credit_advantage("mix", **inp, **kw, reliability=w)
+    torch.testing.assert_close(out["advantages"], (1 - 0.7 * w) * gae + 0.7 * w * hca)
+    gate = C.c2a2c_gate(inp["log_pi_taken"], inp["log_q_taken"], 0.2)
+    out = C.credit_advantage("c2a2c", **inp, **kw, reliability=w)
+    torch.testing.assert_close(out["gate"], (1 - w) + w * gate)
+    torch.testing.assert_close(out["advantages"], ((1 - w) + w * gate) * gae)
+
+
+def test_unknown_credit_raises_naming_allowed_values():
+    inp = _credit_inputs()
+    with pytest.raises(ValueError) as info:
+        C.credit_advantage("ppo", **inp)
+    message = str(info.value)
+    assert "ppo" in message
+    for mode in ("a2c", "hca", "c2a2c", "mix"):
+        assert mode in message
+
+
+# --------------------------------------------------------------------------------------
+# Ambiguous bandit oracle (method note, section 5).
+# --------------------------------------------------------------------------------------
+
+
+def _bandit(p: float, n: int = 200_000, seed: int = 2024):
+    rng = np.random.default_rng(seed)
+    took_a = rng.random(n) < p
+    hi = np.where(took_a, rng.random(n) < 0.9, rng.random(n) < 0.1)
+    z = rng.normal(np.where(hi, 2.0, 1.0), 1.5)
+    log_n_hi, log_n_lo = norm.logpdf(z, 2.0, 1.5), norm.logpdf(z, 1.0, 1.5)
+    log_fa = np.logaddexp(np.log(0.9) + log_n_hi, np.log(0.1) + log_n_lo)
+    log_fb = np.logaddexp(np.log(0.1) + log_n_hi, np.log(0.9) + log_n_lo)
+    log_num_a, log_num_b = np.log(p) + log_fa, np.log(1 - p) + log_fb
+    log_evidence = np.logaddexp(log_num_a, log_num_b)
+    log_h = np.where(took_a, log_num_a, log_num_b) - log_evidence
+    log_pi = np.where(took_a, np.log(p), np.log(1 - p))
+    f64 = torch.float64
+    adv = C.hca_advantage(
+        torch.as_tensor(log_pi, dtype=f64), torch.as_tensor(log_h, dtype=f64),
+        torch.as_tensor(z, dtype=f64), baseline=None, ratio_clip=1e6,
+    ).numpy()
+    return took_a, z, adv, log_h, log_pi
+
+
+def _within(sample: np.ndarray, target: float, k: float = 4.0) -> bool:
+    se = sample.std(ddof=1) / np.sqrt(len(sample))
+    return abs(sample.mean() - target) < k * se
+
+
+@pytest.fixture(scope="module")
+def bandit_half():
+    return _bandit(0.5)
+
+
+def test_bandit_hca_mean_and_variance_at_half(bandit_half):
+    took_a, z, adv, _, _ = bandit_half
+    a, b = adv[took_a], adv[~took_a]
+    assert _within(a, 0.40), a.mean()
+    assert _within(b, -0.40), b.mean()
+    assert abs(a.var() - 0.32) < 0.03, a.var()
+    # Z - V with V = 1.5: Var[Z | a] = 1.5^2 + 0.9 * 0.1 = 2.34, far noisier.
+    za = z[took_a] - 1.5
+    assert abs(za.var() - 2.34) < 0.05, za.var()
+    assert za.var() > 5 * a.var()
+
+
+def test_bandit_mutual_information(bandit_half):
+    _, _, _, log_h, log_pi = bandit_half
+    pointwise = log_h - log_pi
+    mi = C.mutual_information(torch.as_tensor(log_h), torch.as_tensor(log_pi)).item()
+    assert math.isclose(mi, pointwise.mean(), rel_tol=1e-9)
+    assert _within(pointwise, 0.033), mi  # exact I(A;Z) = 0.0331 by quadrature
+
+
+def test_bandit_hca_unbiased_at_p03():
+    p = 0.3
+    took_a, _, adv, _, _ = _bandit(p, seed=7)
+    assert _within(adv[took_a], 0.8 * (1 - p)), adv[took_a].mean()
+    assert _within(adv[~took_a], -0.8 * p), adv[~took_a].mean()
+
+
+# --------------------------------------------------------------------------------------
+# classifier_reliability.
+# --------------------------------------------------------------------------------------
+
+
+def test_reliability_zero_for_zero_mean_noise():
+    rng = np.random.default_rng(0)
+    noise = rng.normal(0.0, 1.0, 20_000)
+    exactly_centred = torch.as_tensor(noise - noise.mean(), dtype=torch.float64)
+    assert C.classifier_reliability(exactly_centred).item() < 1e-3
+    # Plain seeded noise: deterministic value, equal to the formula, below full trust.
+    x = torch.as_tensor(noise, dtype=torch.float64)
+    z = noise.mean() / (noise.std(ddof=1) / np.sqrt(len(noise)))
+    r = C.classifier_reliability(x).item()
+    assert math.isclose(r, float(np.clip(z / 2.0, 0, 1)), abs_tol=1e-9)
+    assert r < 1.0
+
+
+def test_reliability_zero_for_negative_information():
+    rng = np.random.default_rng(1)
+    x = torch.as_tensor(-np.abs(rng.normal(0.0, 1.0, 500)) - 0.01)
+    assert C.classifier_reliability(x).item() == 0.0
+
+
+def test_reliability_one_for_clear_information():
+    rng = np.random.default_rng(2)
+    x = torch.as_tensor(0.5 + rng.normal(0.0, 1.0, 1000))
+    assert C.classifier_reliability(x).item() == 1.0
+    # Constant positive information: zero standard error, still fully trusted.
+    assert C.classifier_reliability(torch.full((10,), 0.2)).item() == 1.0
+
+
+def test_reliability_zero_for_too_few_samples():
+    assert C.classifier_reliability(torch.tensor([5.0])).item() == 0.0
+    assert C.classifier_reliability(torch.zeros(0)).item() == 0.0
+    mask = torch.tensor([False, True, False])
+    assert C.classifier_reliability(torch.tensor([1.0, 2.0, 3.0]), mask).item() == 0.0
+
+
+def test_reliability_honours_mask_and_scale():
+    rng = np.random.default_rng(3)
+    good = 0.5 + rng.normal(0.0, 1.0, 400)
+    bad = np.full(400, -10.0)
+    x = torch.as_tensor(np.concatenate([good, bad]))
+    mask = torch.as_tensor(np.r_[np.ones(400, bool), np.zeros(400, bool)])
+    assert C.classifier_reliability(x).item() == 0.0
+    assert C.classifier_reliability(x, mask).item() == 1.0
+    # An intermediate z-score is divided by z_full_trust.
+    weak = rng.normal(0.0, 1.0, 400)
+    weak = weak - weak.mean() + 1.5 * weak.std(ddof=1) / np.sqrt(400)  # z = 1.5
+    r = C.classifier_reliability(torch.as_tensor(weak), z_full_trust=3.0).item()
+    assert math.isclose(r, 0.5, abs_tol=1e-6)
+
+
+# --------------------------------------------------------------------------------------
+# Diagnostics.
+# --------------------------------------------------------------------------------------
+
+
+def test_ratio_statistics_against_numpy():
+    rng = np.random.default_rng(4)
+    ratio = np.exp(rng.normal(0.0, 1.5, 1000))
+    mask = rng.random(1000) < 0.7
+    for m in (None, mask):
+        r = ratio if m is None else ratio[m]
+        stats = C.ratio_statistics(
+            torch.as_tensor(ratio, dtype=torch.float32), 5.0,
+            None if m is None else torch.as_tensor(m),
+        )
+        assert set(stats) == {"ratio_mean", "ratio_max", "ratio_p99", "clip_fraction"}
+        np.testing.assert_allclose(stats["ratio_mean"].item(), r.mean(), rtol=1e-5)
+        np.testing.assert_allclose(stats["ratio_max"].item(), r.max(), rtol=1e-6)
+        np.testing.assert_allclose(stats["ratio_p99"].item(), np.quantile(r, 0.99), rtol=1e-5)
+        np.testing.assert_allclose(stats["clip_fraction"].item(), (r > 5.0).mean(), atol=1e-7)
+    empty = C.ratio_statistics(torch.ones(3), 5.0, torch.zeros(3, dtype=torch.bool))
+    assert all(v.item() == 0.0 for v in empty.values())
+
+
+def test_correlation_against_numpy():
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=300)
+    y = 0.6 * x + rng.normal(size=300)
+    mask = rng.random(300) < 0.5
+    c = C.correlation(torch.as_tensor(x), torch.as_tensor(y)).item()
+    assert math.isclose(c, np.corrcoef(x, y)[0, 1], abs_tol=1e-6)
+    c = C.correlation(torch.as_tensor(x), torch.as_tensor(y), torch.as_tensor(mask)).item()
+    assert math.isclose(c, np.corrcoef(x[mask], y[mask])[0, 1], abs_tol=1e-6)
+    assert C.correlation(torch.full((50,), 0.1), torch.as_tensor(y[:50])).item() == 0.0
+    assert C.correlation(torch.as_tensor(x[:50]), torch.full((50,), 3.0)).item() == 0.0
+    assert math.isclose(
+        C.correlation(torch.as_tensor(x), torch.as_tensor(-2 * x + 1)).item(), -1.0,
+        abs_tol=1e-6,
+    )
+
+
+def test_argmax_accuracy():
+    logits = torch.tensor([[2.0, 1.0, 0.0], [0.0, 3.0, 1.0], [0.0, 1.0, 5.0], [4.0, 0.0, 0.0]])
+    actions = torch.tensor([0, 1, 0, 2])
+    assert C.argmax_accuracy(logits, actions).item() == 0.5
+    mask = torch.tensor([True, True, False, False])
+    assert C.argmax_accuracy(logits, actions, mask).item() == 1.0
+    rng = np.random.default_rng(6)
+    big = rng.normal(size=(500, 5))
+    acts = rng.integers(0, 5, 500)
+    assert math.isclose(
+        C.argmax_accuracy(torch.as_tensor(big), torch.as_tensor(acts)).item(),
+        (big.argmax(-1) == acts).mean(), abs_tol=1e-7,
+    )
+
+
+def test_explained_variance():
+    rng = np.random.default_rng(7)
+    t = rng.normal(2.0, 3.0, 500)
+    tt = torch.as_tensor(t)
+    assert math.isclose(C.explained_variance(tt, tt.clone()).item(), 1.0, abs_tol=1e-9)
+    mean_pred = torch.full_like(tt, t.mean())
+    assert abs(C.explained_variance(tt, mean_pred).item()) < 1e-9
+    p = t + rng.normal(0.0, 1.0, 500)
+    assert math.isclose(
+        C.explained_variance(tt, torch.as_tensor(p)).item(), 1 - np.var(t - p) / np.var(t),
+        abs_tol=1e-9,
+    )
+    mask = rng.random(500) < 0.5
+    assert math.isclose(
+        C.explained_variance(tt, torch.as_tensor(p), torch.as_tensor(mask)).item(),
+        1 - np.var(t[mask] - p[mask]) / np.var(t[mask]),
+        abs_tol=1e-9,
+    )
+    assert C.explained_variance(torch.full((10,), 4.0), torch.zeros(10)).item() == 0.0
+
+
+def test_mutual_information_with_mask():
+    rng = np.random.default_rng(8)
+    log_q = np.log(rng.uniform(0.05, 1.0, 200))
+    log_pi = np.log(rng.uniform(0.05, 1.0, 200))
+    mask = rng.random(200) < 0.3
+    mi = C.mutual_information(torch.as_tensor(log_q), torch.as_tensor(log_pi)).item()
+    assert math.isclose(mi, (log_q - log_pi).mean(), abs_tol=1e-9)
+    mi = C.mutual_information(
+        torch.as_tensor(log_q), torch.as_tensor(log_pi), torch.as_tensor(mask)
+    ).item()
+    assert math.isclose(mi, (log_q[mask] - log_pi[mask]).mean(), abs_tol=1e-9)
+    same = torch.as_tensor(log_pi)
+    assert C.mutual_information(same, same.clone()).item() == 0.0
