@@ -78,11 +78,11 @@ class ComputeCreditAdvantages(ConnectorV2):
         advantages = gae
 
         if config.uses_hindsight:
-            real_returns = returns[mask]
-            # A non-finite return must not poison the running statistics; the Learner
-            # skips the update that this batch would make.
-            if torch.isfinite(real_returns).all():
-                module.update_return_statistics(real_returns)
+            # A non-finite return must not poison the running statistics (returns,
+            # reliability); the Learner skips the update that this batch would make.
+            finite = bool(torch.isfinite(returns[mask]).all())
+            if finite:
+                module.update_return_statistics(returns[mask])
             actions = b[Columns.ACTIONS].long().unsqueeze(-1)
             log_pi_all = torch.log_softmax(policy_logits, dim=-1)
             hindsight_logits = module._hindsight_logits(obs, policy_latent, policy_logits, returns)
@@ -90,11 +90,16 @@ class ComputeCreditAdvantages(ConnectorV2):
             log_pi = log_pi_all.gather(-1, actions).squeeze(-1)
             log_q = log_q_all.gather(-1, actions).squeeze(-1)
             pointwise_information = log_q - log_pi
-            reliability = (
-                credit.classifier_reliability(pointwise_information, mask, config.reliability_z)
-                if config.reliability_z
-                else None
-            )
+            reliability = None
+            if config.reliability_z:
+                batch_reliability = credit.classifier_reliability(
+                    pointwise_information, mask, config.reliability_z
+                )
+                reliability = (
+                    module.update_reliability(batch_reliability, config.reliability_decay)
+                    if finite
+                    else module.reliability.clone()
+                )
             parts = credit.credit_advantage(
                 config.credit,
                 gae=gae,

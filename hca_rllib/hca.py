@@ -3,6 +3,7 @@ step per iteration, as A2C does). A2C is the `credit="a2c"` member of the family
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any, Dict, Optional
 
@@ -50,8 +51,10 @@ HCA_TRAINING_DEFAULTS: Dict[str, Any] = {
     # Degrade toward A2C when the classifier's held-out information is not clearly
     # above noise: trust grows linearly up to this z-score. None: pure estimators.
     "reliability_z": 2.0,
+    # Decay of the moving average of that trust across batches (0: this batch only).
+    "reliability_decay": 0.9,
     # Hindsight classifier architecture (method note, section 3).
-    "hindsight": dict(HINDSIGHT_DEFAULTS),
+    "hindsight": copy.deepcopy(HINDSIGHT_DEFAULTS),
     "hindsight_loss_coeff": 1.0,
     # Extra classifier-only passes over each train batch.
     "hindsight_epochs": 0,
@@ -88,7 +91,7 @@ class HCAConfig(AlgorithmConfig):
         self.rollout_fragment_length = "auto"
         self.num_env_runners = 0
         for key, value in HCA_TRAINING_DEFAULTS.items():
-            setattr(self, key, dict(value) if isinstance(value, dict) else value)
+            setattr(self, key, copy.deepcopy(value))
 
     @override(AlgorithmConfig)
     def training(self, *, lambda_=NotProvided, **kwargs) -> "HCAConfig":
@@ -109,6 +112,17 @@ class HCAConfig(AlgorithmConfig):
                     )
                 value = {**self.hindsight, **value}
             setattr(self, key, value)
+        return self
+
+    @override(AlgorithmConfig)
+    def update_from_dict(self, config_dict: Dict[str, Any]) -> "HCAConfig":
+        """Like RLlib's, but a partial `hindsight` dict merges into the current one
+        (Tune's `param_space` and `Algorithm(config={...})` come through here)."""
+        config_dict = dict(config_dict)
+        hindsight = config_dict.pop("hindsight", None)
+        super().update_from_dict(config_dict)
+        if hindsight is not None:
+            self.training(hindsight=hindsight)
         return self
 
     @property
@@ -175,18 +189,20 @@ class HCAConfig(AlgorithmConfig):
         in_range("optimizer_eps", self.optimizer_eps, 0.0, 1.0, low_open=True)
         if self.reliability_z is not None:
             in_range("reliability_z", self.reliability_z, 0.0, math.inf, low_open=True, high_open=True)
+        in_range("reliability_decay", self.reliability_decay, 0.0, 1.0, high_open=True)
         if self.hindsight_lr is not None:
             in_range("hindsight_lr", self.hindsight_lr, 0.0, math.inf, low_open=True, high_open=True)
-        if not isinstance(self.hindsight_epochs, int) or self.hindsight_epochs < 0:
+        if (not isinstance(self.hindsight_epochs, int) or isinstance(self.hindsight_epochs, bool)
+                or self.hindsight_epochs < 0):
             fail(f"hindsight_epochs must be an integer >= 0, got {self.hindsight_epochs!r}")
         for option, allowed in HINDSIGHT_CHOICES.items():
             choice(f"hindsight.{option}", self.hindsight.get(option), allowed)
         if self.hindsight["return_encoding"] == "bins":
             if not isinstance(self.hindsight["num_bins"], int) or self.hindsight["num_bins"] < 2:
                 fail(f"hindsight.num_bins must be an integer >= 2, got {self.hindsight['num_bins']!r}")
-            low, high = self.hindsight["bins_range"]
-            if not low < high:
-                fail(f"hindsight.bins_range must be [low, high] with low < high, got {[low, high]}")
+            bins_range = self.hindsight["bins_range"]
+            if len(bins_range) != 2 or not bins_range[0] < bins_range[1]:
+                fail(f"hindsight.bins_range must be [low, high] with low < high, got {list(bins_range)}")
         if self.returns == "monte_carlo" and self.batch_mode != "complete_episodes":
             fail('returns="monte_carlo" needs batch_mode="complete_episodes" '
                  f"(env_runners(batch_mode=...)), got {self.batch_mode!r}")

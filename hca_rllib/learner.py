@@ -19,6 +19,7 @@ from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
 from ray.rllib.evaluation.postprocessing import Postprocessing
 from ray.rllib.utils.annotations import override
+from ray.rllib.utils.metrics import ALL_MODULES
 from ray.rllib.utils.typing import ModuleID, ParamDict, TensorType
 
 from hca_rllib import credit
@@ -134,11 +135,11 @@ class HCATorchLearner(TorchLearner):
         finite = all(g is None or torch.isfinite(g).all() for g in gradients_dict.values())
         if not finite:
             logger.warning("Non-finite loss or gradient: skipping this update.")
-            self.metrics.log_value(NUM_SKIPPED_UPDATES, 1, reduce="sum")
+            self.metrics.log_value((ALL_MODULES, NUM_SKIPPED_UPDATES), 1, reduce="lifetime_sum")
             for optimizer in self._optimizer_parameters:
                 optimizer.zero_grad(set_to_none=True)
             return
-        self.metrics.log_value(NUM_SKIPPED_UPDATES, 0, reduce="sum")
+        self.metrics.log_value((ALL_MODULES, NUM_SKIPPED_UPDATES), 0, reduce="lifetime_sum")
         super().apply_gradients(gradients_dict)
 
     @override(TorchLearner)

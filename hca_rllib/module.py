@@ -126,9 +126,10 @@ class ReturnEncoder(nn.Module):
             self.output_dim = num_bins
         else:
             self.output_dim = 1
-        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
-        self.register_buffer("mean", torch.zeros((), dtype=torch.float64))
-        self.register_buffer("m2", torch.zeros((), dtype=torch.float64))
+        # float32 storage: RLlib's state round trip (checkpoints, weight sync) is float32.
+        self.register_buffer("count", torch.zeros(()))
+        self.register_buffer("mean", torch.zeros(()))
+        self.register_buffer("m2", torch.zeros(()))
 
     @torch.no_grad()
     def update(self, returns: torch.Tensor) -> None:
@@ -137,12 +138,13 @@ class ReturnEncoder(nn.Module):
         n = z.numel()
         if n == 0:
             return
+        count, mean, m2 = self.count.double(), self.mean.double(), self.m2.double()
         batch_mean = z.mean()
         batch_m2 = ((z - batch_mean) ** 2).sum()
-        total = self.count + n
-        delta = batch_mean - self.mean
-        self.mean += delta * n / total
-        self.m2 += batch_m2 + delta**2 * self.count * n / total
+        total = count + n
+        delta = batch_mean - mean
+        self.mean.copy_(mean + delta * n / total)
+        self.m2.copy_(m2 + batch_m2 + delta**2 * count * n / total)
         self.count.copy_(total)
 
     def forward(self, returns: torch.Tensor) -> torch.Tensor:
@@ -151,7 +153,7 @@ class ReturnEncoder(nn.Module):
             if self.count < 2:
                 return torch.zeros_like(z).unsqueeze(-1)
             std = torch.sqrt(self.m2 / (self.count - 1)).clamp(min=1e-6)
-            return torch.clamp((z - self.mean.float()) / std.float(), -10.0, 10.0).unsqueeze(-1)
+            return torch.clamp((z - self.mean) / std, -10.0, 10.0).unsqueeze(-1)
         if self.encoding == "symlog":
             return (torch.sign(z) * torch.log1p(torch.abs(z))).unsqueeze(-1)
         index = torch.bucketize(z, self.bin_edges)
@@ -193,6 +195,9 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
             Torso(self.observation_space, self.config_) if h["torso"] == "separate" else None
         )
         self.return_encoder = ReturnEncoder(h["return_encoding"], h["num_bins"], h["bins_range"])
+        # Running trust in the classifier (see `credit.classifier_reliability`): a buffer,
+        # so it is checkpointed with the weights and starts at 0, i.e. as A2C.
+        self.register_buffer("reliability", torch.zeros(()))
         h_width = (self.hindsight_torso or self.pi_torso).output_dim
         self.hindsight = _mlp(h_width + self.return_encoder.output_dim, list(h["hiddens"]), num_actions)
         _orthogonal_init(self.hindsight, math.sqrt(2))
@@ -206,7 +211,7 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
 
     @override(InferenceOnlyAPI)
     def get_non_inference_attributes(self) -> List[str]:
-        return ["vf_torso", "vf", "hindsight_torso", "return_encoder", "hindsight"]
+        return ["vf_torso", "vf", "hindsight_torso", "return_encoder", "hindsight", "reliability"]
 
     # --- forward passes ---------------------------------------------------------------
 
@@ -274,3 +279,9 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
 
     def update_return_statistics(self, returns: torch.Tensor) -> None:
         self.return_encoder.update(returns)
+
+    @torch.no_grad()
+    def update_reliability(self, batch_reliability: torch.Tensor, decay: float) -> torch.Tensor:
+        """Exponential moving average of the per-batch reliability; returns the new value."""
+        self.reliability.mul_(decay).add_((1.0 - decay) * batch_reliability)
+        return self.reliability.clone()

@@ -1,0 +1,652 @@
+"""A2C parity benchmark: Stable-Baselines3's `A2C` against `hca_rllib.A2CConfig`.
+
+Both libraries run the same setting: 8 environments (SB3: `DummyVecEnv` from
+`make_vec_env`, each wrapped in `Monitor`; ours: one local EnvRunner with
+`num_envs_per_env_runner=8`, `num_env_runners=0`), 64-step rollouts (512 env steps and
+one gradient step per iteration), library defaults otherwise (ours are SB3's A2C
+defaults: RMSprop lr 7e-4 alpha 0.99 eps 1e-5, gamma 0.99, GAE lambda 1, vf coef 0.5,
+ent coef 0, grad clip 0.5, no advantage normalisation, separate 64x64 tanh MLPs).
+
+Environments and budgets (seeds 0..4 each):
+  * CartPole-v1, 100k env steps;
+  * MinAtar Breakout (`MinAtar/Breakout-v1`), 300k env steps. Observations (10x10x4
+    booleans) are flattened and cast to float32 for BOTH libraries, so both use the
+    same 64x64 MLP.
+
+Final score of a run: mean return of its last 20 completed episodes, computed from
+per-episode returns recorded by this script (SB3: the `Monitor` "episode" infos seen in
+a callback; ours: an `RLlibCallback.on_episode_end` that sums the returns of all chunks
+of the episode, readable via `algo.env_runner`). Learning curves use the same
+definition at every iteration boundary (every 512 env steps). Each library's own
+reported running mean is stored next to it as a cross-check: SB3's `ep_info_buffer`
+(last 100 episodes) and RLlib's `result["env_runners"]["episode_return_mean"]`, which
+with `num_env_runners=0` on ray 2.60 turned out to be the mean over the episodes that
+completed in that iteration only, not a 100-episode window.
+
+RLlib counts env steps slightly differently: gymnasium's next-step autoreset costs a
+vector step that RLlib does not count, and `sample()` stops at the first vector step at
+or past 512 counted steps, so an iteration is 512-519 counted env steps (SB3: exactly
+512). Both libraries stop at the first iteration boundary at or past the budget; the
+stored `env_steps` are the actual counts.
+
+Runs are interleaved per seed (sb3 seed0, ours seed0, sb3 seed1, ...), so the steps/s
+ratio ours/SB3 is a paired, same-session measurement. Each finished run is written to
+`<out>/<env>/<library>_seed<k>.json`; runs already stored are skipped (resume), and
+`--time-limit-min` stops cleanly between runs. At the end (or with `--report-only`) the
+runs are aggregated into `<out>/summary.md`, `<out>/summary.json` and `<out>/curves.png`.
+
+Reproduce (from the repository root):
+
+    .venv/bin/python benchmarks/a2c_parity.py            # full benchmark, results in
+                                                         # benchmarks/results/a2c_parity/
+    .venv/bin/python benchmarks/a2c_parity.py --quick    # smoke test: CartPole, 2 seeds,
+                                                         # 5k steps, temp dir (or --out)
+    .venv/bin/python benchmarks/a2c_parity.py --report-only   # re-aggregate stored runs
+
+Needs the `bench` extra: `.venv/bin/pip install stable-baselines3==2.9.2 rliable
+matplotlib minatar` (keep torch at 2.13.0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shlex
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import gymnasium as gym
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+DEFAULT_OUT = REPO / "benchmarks" / "results" / "a2c_parity"
+LIBRARIES = ("sb3", "ours")
+LIBRARY_LABELS = {"sb3": "Stable-Baselines3 A2C", "ours": "hca_rllib A2C (RLlib)"}
+N_ENVS = 8
+N_STEPS = 64
+BATCH = N_ENVS * N_STEPS  # 512 env steps per iteration
+LAST_K = 20  # final score: mean return of the last 20 completed episodes
+FULL_SEEDS = 5
+QUICK_SEEDS = 2
+QUICK_STEPS = 5_000
+BOOTSTRAP_REPS = 10_000
+BOOTSTRAP_SEED = 0
+BREAKOUT_FLAT_ID = "MinAtarBreakoutFlat-v1"
+
+# Environment key (also the results sub-folder) -> settings.
+ENVS: Dict[str, Dict[str, Any]] = {
+    "CartPole-v1": {"steps": 100_000, "description": "gymnasium CartPole-v1"},
+    "MinAtarBreakout-v1": {
+        "steps": 300_000,
+        "description": "MinAtar/Breakout-v1, FlattenObservation + float32 (400 inputs)",
+    },
+}
+
+
+# --------------------------------------------------------------------------- envs
+
+
+class Float32Observation(gym.ObservationWrapper):
+    """Cast a (flattened, boolean) Box observation to float32 in [low, high]."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        space = env.observation_space
+        self.observation_space = gym.spaces.Box(
+            low=space.low.astype(np.float32),
+            high=space.high.astype(np.float32),
+            shape=space.shape,
+            dtype=np.float32,
+        )
+
+    def observation(self, observation):
+        return np.asarray(observation, dtype=np.float32)
+
+
+def make_breakout_flat(env_config: Optional[dict] = None) -> gym.Env:
+    """MinAtar Breakout with 10x10x4 booleans flattened to 400 float32 inputs."""
+    import minatar.gym
+
+    if "MinAtar/Breakout-v1" not in gym.registry:
+        minatar.gym.register_envs()
+    env = gym.make("MinAtar/Breakout-v1")
+    env = gym.wrappers.FlattenObservation(env)
+    return Float32Observation(env)
+
+
+def make_cartpole(env_config: Optional[dict] = None) -> gym.Env:
+    return gym.make("CartPole-v1")
+
+
+ENV_MAKERS = {"CartPole-v1": make_cartpole, "MinAtarBreakout-v1": make_breakout_flat}
+
+
+def rllib_env_id(env_key: str) -> str:
+    if env_key == "CartPole-v1":
+        return "CartPole-v1"
+    from ray.tune.registry import register_env
+
+    register_env(BREAKOUT_FLAT_ID, make_breakout_flat)
+    return BREAKOUT_FLAT_ID
+
+
+# --------------------------------------------------------------------- recording
+
+
+def window_mean(returns: Sequence[float], k: int) -> Optional[float]:
+    if not returns:
+        return None
+    return float(np.mean(returns[-k:]))
+
+
+class Recorder:
+    """Completed episodes and the learning curve, identical for both libraries."""
+
+    def __init__(self) -> None:
+        self.episode_returns: List[float] = []
+        self.episode_lengths: List[int] = []
+        self.episode_end_steps: List[int] = []
+        self.curve_steps: List[int] = []
+        self.curve_last20: List[Optional[float]] = []
+        self.curve_last100: List[Optional[float]] = []
+        self.curve_library_window: List[Optional[float]] = []
+
+    def add_episode(self, ret: float, length: int, step: int) -> None:
+        self.episode_returns.append(float(ret))
+        self.episode_lengths.append(int(length))
+        self.episode_end_steps.append(int(step))
+
+    def add_point(self, step: int, library_window_mean: Optional[float]) -> None:
+        self.curve_steps.append(int(step))
+        self.curve_last20.append(window_mean(self.episode_returns, LAST_K))
+        self.curve_last100.append(window_mean(self.episode_returns, 100))
+        if library_window_mean is not None and not math.isfinite(library_window_mean):
+            library_window_mean = None
+        self.curve_library_window.append(library_window_mean)
+
+
+def run_sb3(env_key: str, seed: int, total_steps: int) -> Dict[str, Any]:
+    import stable_baselines3
+    from stable_baselines3 import A2C
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    rec = Recorder()
+
+    class RecordCallback(BaseCallback):
+        def _on_step(self) -> bool:
+            for info in self.locals["infos"]:
+                episode = info.get("episode")
+                if episode is not None:  # added by Monitor when an episode ends
+                    rec.add_episode(episode["r"], episode["l"], self.num_timesteps)
+            return True
+
+        def _on_rollout_end(self) -> None:
+            buffer = self.model.ep_info_buffer  # SB3's own 100-episode window
+            lib_mean = float(np.mean([e["r"] for e in buffer])) if buffer else None
+            rec.add_point(self.num_timesteps, lib_mean)
+
+    t_start = time.perf_counter()
+    venv = make_vec_env(ENV_MAKERS[env_key], n_envs=N_ENVS, seed=seed, vec_env_cls=DummyVecEnv)
+    model = A2C("MlpPolicy", venv, n_steps=N_STEPS, seed=seed, device="cpu", verbose=0)
+    t_train = time.perf_counter()
+    model.learn(total_timesteps=total_steps, callback=RecordCallback())
+    t_end = time.perf_counter()
+    env_steps = int(model.num_timesteps)
+    venv.close()
+    return _result(
+        rec, env_steps, t_start, t_train, t_end,
+        {"library_version": f"stable-baselines3 {stable_baselines3.__version__}",
+         "library_window_mean": "mean of model.ep_info_buffer (last 100 Monitor episodes)",
+         "settings": {"policy": "MlpPolicy", "n_envs": N_ENVS, "n_steps": N_STEPS,
+                      "vec_env": "DummyVecEnv", "device": "cpu", "other": "SB3 defaults"}},
+    )
+
+
+def _rllib_callback_class():
+    from ray.rllib.callbacks.callbacks import RLlibCallback
+
+    class EpisodeReturnCallback(RLlibCallback):
+        """Appends (return, length) of every completed episode to the EnvRunner.
+
+        The episode passed to `on_episode_end` is only the last chunk when the episode
+        spanned several `sample()` calls; earlier chunks come as `prev_episode_chunks`.
+        With a local learner those earlier chunks are the very objects the learner
+        connector `AddOneTsToEpisodesAndTruncate` extended in place by one artificial
+        step with reward 0.0: summing their returns is still exact, summing their
+        lengths is not (+1 per chunk), so the length is taken from the last chunk's
+        `t` (steps since reset), which the learner has not touched yet.
+        """
+
+        def on_episode_end(self, *, episode, prev_episode_chunks=None, env_runner=None,
+                           **kwargs) -> None:
+            chunks = list(prev_episode_chunks or []) + [episode]
+            ret = float(sum(chunk.get_return() for chunk in chunks))
+            length = int(episode.t)
+            env_runner.__dict__.setdefault("parity_episodes", []).append((ret, length))
+
+    return EpisodeReturnCallback
+
+
+def run_ours(env_key: str, seed: int, total_steps: int) -> Dict[str, Any]:
+    import ray
+
+    from hca_rllib import A2CConfig
+
+    rec = Recorder()
+    t_start = time.perf_counter()
+    config = (
+        A2CConfig()
+        .environment(rllib_env_id(env_key))
+        .env_runners(num_env_runners=0, num_envs_per_env_runner=N_ENVS)
+        .training(train_batch_size_per_learner=BATCH)
+        .callbacks(_rllib_callback_class())
+        .debugging(seed=seed)
+    )
+    algo = config.build_algo()
+    runner = algo.env_runner
+    seen = 0
+    env_steps = 0
+    iteration_steps: List[int] = []
+    t_train = time.perf_counter()
+    try:
+        while env_steps < total_steps:
+            result = algo.train()
+            lifetime = result.get("num_env_steps_sampled_lifetime")
+            if lifetime is None:
+                lifetime = result["env_runners"]["num_env_steps_sampled_lifetime"]
+            iteration_steps.append(int(lifetime) - env_steps)
+            env_steps = int(lifetime)
+            episodes = runner.__dict__.get("parity_episodes", [])
+            for ret, length in episodes[seen:]:
+                rec.add_episode(ret, length, env_steps)
+            seen = len(episodes)
+            lib_mean = result.get("env_runners", {}).get("episode_return_mean")
+            rec.add_point(env_steps, None if lib_mean is None else float(lib_mean))
+        t_end = time.perf_counter()
+    finally:
+        algo.stop()
+    return _result(
+        rec, env_steps, t_start, t_train, t_end,
+        {"library_version": f"hca_rllib on ray {ray.__version__}",
+         "library_window_mean": 'result["env_runners"]["episode_return_mean"] '
+                                "(observed: mean over the episodes completed in that "
+                                "iteration, despite metrics_num_episodes_for_smoothing=100)",
+         "env_steps_per_iteration": sorted(set(iteration_steps)),
+         "settings": {"config": "A2CConfig", "num_env_runners": 0,
+                      "num_envs_per_env_runner": N_ENVS,
+                      "train_batch_size_per_learner": BATCH,
+                      "rollout_fragment_length": config.get_rollout_fragment_length(),
+                      "env": rllib_env_id(env_key), "other": "hca_rllib A2C defaults"}},
+    )
+
+
+def _result(rec: Recorder, env_steps: int, t_start: float, t_train: float, t_end: float,
+            extra: Dict[str, Any]) -> Dict[str, Any]:
+    import torch
+
+    train_s = t_end - t_train
+    final = window_mean(rec.episode_returns, LAST_K)
+    return {
+        "final_score": final,
+        "final_score_definition": f"mean return of the last {LAST_K} completed episodes",
+        "final_score_num_episodes": min(LAST_K, len(rec.episode_returns)),
+        "num_episodes": len(rec.episode_returns),
+        "env_steps": env_steps,
+        "setup_s": t_train - t_start,
+        "train_s": train_s,
+        "wall_s": t_end - t_start,
+        "env_steps_per_s": env_steps / train_s,
+        "env_steps_per_s_definition": "env_steps / train_s (training loop only; setup "
+                                      "= env + model construction excluded)",
+        "torch_num_threads": torch.get_num_threads(),
+        "curve": {
+            "env_steps": rec.curve_steps,
+            "return_mean_last20": rec.curve_last20,
+            "return_mean_last100": rec.curve_last100,
+            "library_window_mean": rec.curve_library_window,
+        },
+        "episodes": {
+            "return": rec.episode_returns,
+            "length": rec.episode_lengths,
+            "env_steps_at_end": rec.episode_end_steps,
+        },
+        **extra,
+    }
+
+
+# ------------------------------------------------------------------ run control
+
+
+def result_path(out: Path, env_key: str, library: str, seed: int) -> Path:
+    return out / env_key / f"{library}_seed{seed}.json"
+
+
+def write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, allow_nan=False))
+    os.replace(tmp, path)
+
+
+def plan(env_keys: Sequence[str], seeds: Sequence[int]) -> List[Tuple[str, int, str]]:
+    """Interleaved run order: per env, per seed, sb3 then ours."""
+    return [(env_key, seed, lib) for env_key in env_keys for seed in seeds for lib in LIBRARIES]
+
+
+def run_all(args, out: Path, env_keys, seeds, steps: Dict[str, int]) -> None:
+    import torch
+
+    t0 = time.perf_counter()
+    ray_started = False
+    todo = plan(env_keys, seeds)
+    for index, (env_key, seed, library) in enumerate(todo, 1):
+        path = result_path(out, env_key, library, seed)
+        if path.exists():
+            stored = json.loads(path.read_text())
+            if stored.get("target_env_steps") != steps[env_key]:
+                sys.exit(f"{path} was run for {stored.get('target_env_steps')} steps, this "
+                         f"invocation wants {steps[env_key]}: use another --out")
+            print(f"[{index}/{len(todo)}] skip {env_key} {library} seed{seed} (stored)", flush=True)
+            continue
+        elapsed_min = (time.perf_counter() - t0) / 60
+        if args.time_limit_min is not None and elapsed_min >= args.time_limit_min:
+            print(f"time limit of {args.time_limit_min} min reached after {elapsed_min:.1f} "
+                  f"min; stopping before {env_key} {library} seed{seed}. Re-run to resume.",
+                  flush=True)
+            break
+        if library == "ours" and not ray_started:
+            import ray
+
+            ray.init(address="local", num_cpus=2, include_dashboard=False,
+                     object_store_memory=300 * 2**20, log_to_driver=False,
+                     logging_level="ERROR")
+            ray_started = True
+        torch.set_num_threads(args.torch_threads)
+        print(f"[{index}/{len(todo)}] run {env_key} {library} seed{seed} "
+              f"({steps[env_key]} steps)", flush=True)
+        runner = run_sb3 if library == "sb3" else run_ours
+        data = runner(env_key, seed, steps[env_key])
+        data.update(env=env_key, env_description=ENVS[env_key]["description"],
+                    library=library, seed=seed, target_env_steps=steps[env_key],
+                    finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                    host=platform.node(), python=platform.python_version(),
+                    command=command_line())
+        write_json(path, data)
+        print(f"    final score {data['final_score']:.2f} over {data['num_episodes']} episodes, "
+              f"{data['env_steps']} steps in {data['train_s']:.1f} s "
+              f"({data['env_steps_per_s']:.0f} steps/s), setup {data['setup_s']:.1f} s",
+              flush=True)
+    if ray_started:
+        import ray
+
+        ray.shutdown()
+
+
+def command_line() -> str:
+    argv = list(sys.argv)
+    try:
+        argv[0] = os.path.relpath(argv[0], REPO)
+    except ValueError:
+        pass
+    return " ".join([".venv/bin/python"] + [shlex.quote(a) for a in argv])
+
+
+# --------------------------------------------------------------------- aggregate
+
+
+def iqm(scores: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Interquartile mean: 25% trimmed mean (as rliable's `aggregate_iqm`)."""
+    from scipy.stats import trim_mean
+
+    return trim_mean(scores, proportiontocut=0.25, axis=axis)
+
+
+def iqm_ci(scores: np.ndarray) -> Tuple[float, float, float, str]:
+    """IQM over seeds and its 95% stratified bootstrap CI (one task per env: the strata
+    collapse to a single one, i.e. seeds are resampled with replacement)."""
+    scores = np.asarray(scores, dtype=np.float64)
+    point = float(iqm(scores))
+    if len(scores) < 2:
+        return point, point, point, "none (fewer than 2 seeds)"
+    try:
+        from rliable import library as rly
+        from rliable import metrics
+
+        _, intervals = rly.get_interval_estimates(
+            {"x": scores[:, None]},
+            lambda s: np.array([metrics.aggregate_iqm(s)]),
+            reps=BOOTSTRAP_REPS,
+            random_state=np.random.RandomState(BOOTSTRAP_SEED),
+        )
+        low, high = (float(v) for v in np.asarray(intervals["x"]).reshape(2))
+        return point, low, high, (f"rliable stratified bootstrap, percentile, "
+                                  f"{BOOTSTRAP_REPS} resamples, seed {BOOTSTRAP_SEED}")
+    except Exception as error:  # rliable missing, or its `arch` dependency broken
+        reason = f"{type(error).__name__}: {error}".splitlines()[0][:120]
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    idx = rng.integers(0, len(scores), size=(BOOTSTRAP_REPS, len(scores)))
+    stats = iqm(scores[idx], axis=1)
+    low, high = (float(v) for v in np.percentile(stats, [2.5, 97.5]))
+    return point, low, high, (f"numpy bootstrap over seeds (1 stratum), percentile, "
+                              f"{BOOTSTRAP_REPS} resamples, seed {BOOTSTRAP_SEED} "
+                              f"(rliable unusable: {reason})")
+
+
+def load_runs(out: Path) -> Dict[str, Dict[str, Dict[int, Dict[str, Any]]]]:
+    runs: Dict[str, Dict[str, Dict[int, Dict[str, Any]]]] = {}
+    for path in sorted(out.glob("*/*_seed*.json")):
+        data = json.loads(path.read_text())
+        runs.setdefault(data["env"], {}).setdefault(data["library"], {})[data["seed"]] = data
+    return runs
+
+
+def aggregate(out: Path) -> Dict[str, Any]:
+    runs = load_runs(out)
+    summary: Dict[str, Any] = {"envs": {}, "command": command_line(), "out": str(out)}
+    for env_key in [k for k in ENVS if k in runs] + [k for k in runs if k not in ENVS]:
+        by_lib = runs[env_key]
+        env_summary: Dict[str, Any] = {"libraries": {}}
+        for library in LIBRARIES:
+            seeds = sorted(by_lib.get(library, {}))
+            if not seeds:
+                continue
+            datas = [by_lib[library][s] for s in seeds]
+            finals = np.array([d["final_score"] for d in datas], dtype=np.float64)
+            point, low, high, method = iqm_ci(finals)
+            sps = np.array([d["env_steps_per_s"] for d in datas])
+            env_summary["libraries"][library] = {
+                "seeds": seeds,
+                "final_scores": finals.tolist(),
+                "iqm": point, "ci_low": low, "ci_high": high, "ci_method": method,
+                "mean": float(finals.mean()),
+                "std": float(finals.std(ddof=1)) if len(finals) > 1 else 0.0,
+                "env_steps": sorted({d["env_steps"] for d in datas}),
+                "mean_env_steps_per_s": float(sps.mean()),
+                "mean_train_s": float(np.mean([d["train_s"] for d in datas])),
+                "mean_setup_s": float(np.mean([d["setup_s"] for d in datas])),
+            }
+        libs = env_summary["libraries"]
+        if "sb3" in libs and "ours" in libs:
+            paired = sorted(set(libs["sb3"]["seeds"]) & set(libs["ours"]["seeds"]))
+            ratios = [by_lib["ours"][s]["env_steps_per_s"] / by_lib["sb3"][s]["env_steps_per_s"]
+                      for s in paired]
+            ours, sb3 = libs["ours"], libs["sb3"]
+            if ours["iqm"] > sb3["ci_high"]:
+                verdict = "above"
+            elif ours["iqm"] >= sb3["ci_low"]:
+                verdict = "inside"
+            else:
+                verdict = "below"
+            env_summary.update(
+                paired_seeds=paired,
+                steps_per_s_ratios=ratios,
+                steps_per_s_ratio_median=float(np.median(ratios)) if ratios else None,
+                ours_iqm_vs_sb3_ci=verdict,
+                cis_overlap=bool(ours["ci_low"] <= sb3["ci_high"] and sb3["ci_low"] <= ours["ci_high"]),
+            )
+        summary["envs"][env_key] = env_summary
+    write_json(out / "summary.json", summary)
+    (out / "summary.md").write_text(summary_markdown(summary, runs))
+    plot_curves(out, runs)
+    return summary
+
+
+def summary_markdown(summary: Dict[str, Any], runs) -> str:
+    lines = [
+        "# A2C parity: Stable-Baselines3 vs hca_rllib (RLlib new API stack)",
+        "",
+        f"Produced by: `{summary['command']}`",
+        "",
+        "Reproduce the full benchmark (from the repository root): "
+        "`.venv/bin/python benchmarks/a2c_parity.py`; re-aggregate stored runs: "
+        "`.venv/bin/python benchmarks/a2c_parity.py --report-only`; smoke test: "
+        "`.venv/bin/python benchmarks/a2c_parity.py --quick`.",
+        "",
+        f"Setting: {N_ENVS} envs x {N_STEPS}-step rollouts ({BATCH} env steps, one gradient "
+        "step per iteration), library defaults otherwise. Final score = mean return of the "
+        f"last {LAST_K} completed episodes of a run (per-episode returns recorded by the "
+        "script: SB3 `Monitor` infos; ours `RLlibCallback.on_episode_end`, all chunks "
+        "summed). IQM = 25% trimmed mean over seeds; CI = 95% bootstrap over seeds. "
+        "steps/s = env steps / training-loop seconds (setup excluded); ratio = median "
+        "over seeds of the paired per-seed ratio ours/SB3 (runs interleaved per seed).",
+        "",
+        "| env | library | seeds | env steps | IQM final (95% CI) | mean +- sd | "
+        "steps/s | ratio ours/SB3 | ours IQM vs SB3 CI |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    methods = set()
+    for env_key, env_summary in summary["envs"].items():
+        for library, s in env_summary["libraries"].items():
+            methods.add(s["ci_method"])
+            ratio = env_summary.get("steps_per_s_ratio_median")
+            ratio_text = f"{ratio:.2f}" if (library == "ours" and ratio is not None) else ""
+            verdict = env_summary.get("ours_iqm_vs_sb3_ci", "") if library == "ours" else ""
+            lines.append(
+                f"| {env_key} | {library} | {len(s['seeds'])} | "
+                f"{'/'.join(str(v) for v in s['env_steps'])} | "
+                f"{s['iqm']:.1f} [{s['ci_low']:.1f}, {s['ci_high']:.1f}] | "
+                f"{s['mean']:.1f} +- {s['std']:.1f} | {s['mean_env_steps_per_s']:.0f} | "
+                f"{ratio_text} | {verdict} |"
+            )
+    lines += ["", "CI method: " + "; ".join(sorted(methods)), ""]
+    lines.append("Per-seed final scores and steps/s:")
+    lines.append("")
+    for env_key, env_summary in summary["envs"].items():
+        for library, s in env_summary["libraries"].items():
+            per_seed = ", ".join(
+                f"s{seed}: {runs[env_key][library][seed]['final_score']:.1f} "
+                f"({runs[env_key][library][seed]['env_steps_per_s']:.0f}/s)"
+                for seed in s["seeds"])
+            lines.append(f"- {env_key} {library}: {per_seed}")
+    lines += ["", "Learning curves: `curves.png`.", ""]
+    return "\n".join(lines)
+
+
+def _stack_curves(datas: List[Dict[str, Any]]) -> Tuple[np.ndarray, np.ndarray]:
+    length = min(len(d["curve"]["env_steps"]) for d in datas)
+    # RLlib's iterations are 512-519 env steps, so seeds differ slightly: average them.
+    steps = np.mean([d["curve"]["env_steps"][:length] for d in datas], axis=0, dtype=np.float64)
+    values = np.array(
+        [[np.nan if v is None else v for v in d["curve"]["return_mean_last20"][:length]]
+         for d in datas], dtype=np.float64)
+    return steps, values
+
+
+def plot_curves(out: Path, runs) -> None:
+    import warnings
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    env_keys = list(runs)
+    if not env_keys:
+        return
+    fig, axes = plt.subplots(1, len(env_keys), figsize=(6 * len(env_keys), 4.2), squeeze=False)
+    for ax, env_key in zip(axes[0], env_keys):
+        for library, color in (("sb3", "tab:blue"), ("ours", "tab:orange")):
+            datas = [runs[env_key][library][s] for s in sorted(runs[env_key].get(library, {}))]
+            if not datas:
+                continue
+            steps, values = _stack_curves(datas)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN early columns
+                mean = np.nanmean(values, axis=0)
+                std = np.nanstd(values, axis=0)
+            ax.plot(steps, mean, color=color, label=f"{LIBRARY_LABELS[library]} ({len(datas)} seeds)")
+            ax.fill_between(steps, mean - std, mean + std, color=color, alpha=0.2, linewidth=0)
+        ax.set_title(env_key)
+        ax.set_xlabel("environment steps (summed over 8 envs)")
+        ax.set_ylabel(f"episode return (mean of last {LAST_K} episodes)")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="best", fontsize=8)
+    fig.suptitle("A2C parity: undiscounted return, mean over seeds, band = +-1 std across "
+                 "seeds", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out / "curves.png", dpi=120)
+    plt.close(fig)
+
+
+# -------------------------------------------------------------------------- main
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Reproduce: .venv/bin/python benchmarks/a2c_parity.py (full); "
+               "add --quick for the smoke test.")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"CartPole only, {QUICK_SEEDS} seeds, {QUICK_STEPS} steps; writes "
+                             "to --out or a fresh temp dir, never to benchmarks/results")
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"results directory (default: {DEFAULT_OUT.relative_to(REPO)})")
+    parser.add_argument("--time-limit-min", type=float, default=None,
+                        help="do not start a new run after this many minutes (resume later)")
+    parser.add_argument("--report-only", action="store_true",
+                        help="only aggregate stored runs (summary.md/json, curves.png)")
+    parser.add_argument("--torch-threads", type=int, default=1,
+                        help="torch intra-op threads for both libraries (default 1)")
+    args = parser.parse_args(argv)
+    if args.quick and args.out is None:
+        args.out = Path(tempfile.mkdtemp(prefix="a2c_parity_quick_"))
+    if args.quick and args.out.resolve() == DEFAULT_OUT.resolve():
+        parser.error("--quick must not write into benchmarks/results/a2c_parity")
+    if args.out is None:
+        args.out = DEFAULT_OUT
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    if args.quick:
+        env_keys, seeds = ["CartPole-v1"], list(range(QUICK_SEEDS))
+        steps = {"CartPole-v1": QUICK_STEPS}
+    else:
+        env_keys, seeds = list(ENVS), list(range(FULL_SEEDS))
+        steps = {k: ENVS[k]["steps"] for k in ENVS}
+    print(f"results: {out}", flush=True)
+    if not args.report_only:
+        run_all(args, out, env_keys, seeds, steps)
+    summary = aggregate(out)
+    print((out / "summary.md").read_text())
+    print(f"wrote {out / 'summary.md'}, {out / 'summary.json'}, {out / 'curves.png'}")
+    return 0 if summary["envs"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

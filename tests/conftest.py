@@ -1,0 +1,23 @@
+import os
+
+import pytest
+
+os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+os.environ.setdefault("WANDB_MODE", "offline")
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """One embedded Ray for the session, bound to loopback, sized for 2 cores."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(
+            address="local",
+            num_cpus=2,
+            include_dashboard=False,
+            object_store_memory=300 * 2**20,
+            log_to_driver=False,
+        )
+    yield ray
+    ray.shutdown()
