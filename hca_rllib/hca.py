@@ -256,8 +256,9 @@ class HCA(Algorithm):
                         (ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME)
                     ),
                 },
-                num_epochs=1,
-                minibatch_size=None,
+                # No `num_epochs`/`minibatch_size`: each learner takes its whole shard
+                # as one batch, one gradient step (with several learners, RLlib
+                # would otherwise count minibatches from `minibatch_size`).
             )
             self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
 

@@ -1,0 +1,22 @@
+# Two entry points, each setting up everything on a fresh machine:
+#   make train   a short HCA training on an embedded local Ray
+#   make test    the test suite (what CI runs, via .ci/run)
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	# torch first and pinned: 2.13.0 is the CPU wheel; a looser spec pulls a CUDA build.
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+.PHONY: setup train test
+setup: $(BIN)/.installed
+
+train: $(BIN)/.installed
+	$(BIN)/hca-rllib train --env CartPole-v1 --credit hca --stop-timesteps 100000 --output runs/quickstart
+
+test: $(BIN)/.installed
+	$(BIN)/python -m pytest -q

@@ -1,0 +1,5 @@
+import sys
+
+from hca_rllib.cli import main
+
+sys.exit(main())
