@@ -112,7 +112,9 @@ class ComputeCreditAdvantages(ConnectorV2):
                 gate_delta=config.c2a2c_delta,
                 soft_gate=config.c2a2c_soft,
                 mix_eta=config.mix_eta,
+                normalize_gate=config.c2a2c_normalize,
                 reliability=reliability,
+                mask=mask,
             )
             advantages = parts["advantages"]
             b[RETURNS] = returns
@@ -144,8 +146,10 @@ class ComputeCreditAdvantages(ConnectorV2):
         }
         for key, value in credit.ratio_statistics(ratio, self.config.hca_ratio_clip, mask).items():
             out[f"hca/{key}"] = value
-        if "gate" in parts:
-            out["c2a2c/mask_fraction"] = 1.0 - parts["gate"][mask].mean()
+        if "raw_gate" in parts:
+            # Share of the policy update the gate of the note removes (hard gate: the
+            # share of steps skipped).
+            out["c2a2c/mask_fraction"] = 1.0 - parts["raw_gate"][mask].mean()
         if reliability is not None:
             out["credit/reliability"] = reliability
         return out

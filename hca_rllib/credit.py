@@ -177,7 +177,9 @@ def credit_advantage(
     gate_delta: float = 0.1,
     soft_gate: bool = False,
     mix_eta: float = 0.5,
+    normalize_gate: bool = False,
     reliability: Optional[torch.Tensor] = None,
+    mask: Optional[torch.Tensor] = None,
 ) -> Dict[str, torch.Tensor]:
     """The advantage of one credit mode (method note, section 2), plus its parts.
 
@@ -186,7 +188,12 @@ def credit_advantage(
     classifier's evidence vanishes: `hca` becomes `w A_HCA + (1 - w) A_GAE`,
     `c2a2c` uses the gate `(1 - w) + w c_t`, `mix` uses `eta * w`.
 
-    Returns a dict with `advantages` and, where defined, `hca_advantages` and `gate`.
+    `normalize_gate` divides the `c2a2c` gate by its mean over the (masked) batch, so
+    the gate re-weights the policy gradient toward informative steps instead of
+    shrinking it; a gate that is 0 everywhere becomes 1 everywhere (plain A2C).
+
+    Returns a dict with `advantages` and, where defined, `hca_advantages`, `gate`
+    (as applied) and `raw_gate` (the gate of the note, before normalising or trust).
     """
     if credit not in CREDIT_MODES:
         raise ValueError(f"credit must be one of {CREDIT_MODES}, got {credit!r}")
@@ -196,6 +203,10 @@ def credit_advantage(
         return out
     if credit == "c2a2c":
         gate = c2a2c_gate(log_pi_taken, log_q_taken, gate_delta, soft=soft_gate)
+        out["raw_gate"] = gate
+        if normalize_gate:
+            gate_mean = _masked(gate, mask).mean()
+            gate = gate / gate_mean if gate_mean > 0 else torch.ones_like(gate)
         if reliability is not None:
             gate = (1.0 - reliability) + reliability * gate
         out["gate"] = gate

@@ -46,6 +46,9 @@ HCA_TRAINING_DEFAULTS: Dict[str, Any] = {
     # `c2a2c`: gate threshold delta on |log q - log pi| (nats); soft gate if c2a2c_soft.
     "c2a2c_delta": 0.1,
     "c2a2c_soft": False,
+    # Divide the gate by its batch mean: re-weight toward informative steps rather
+    # than shrink the whole update (a gate of all zeros falls back to A2C).
+    "c2a2c_normalize": False,
     # `mix`: weight eta of the HCA advantage.
     "mix_eta": 0.5,
     # Degrade toward A2C when the classifier's held-out information is not clearly
