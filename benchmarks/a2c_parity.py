@@ -44,17 +44,15 @@ Reproduce (from the repository root):
     .venv/bin/python benchmarks/a2c_parity.py --report-only   # re-aggregate stored runs
 
 Needs the `bench` extra: `.venv/bin/pip install stable-baselines3==2.9.2 rliable
-matplotlib minatar` (keep torch at 2.13.0).
+matplotlib minatar` (keep torch at 2.13.0). The episode recorder, statistics, run store
+and plotting helpers live in `benchmarks/common.py` (shared with `credit_modes.py`).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import os
 import platform
-import shlex
 import sys
 import tempfile
 import time
@@ -64,9 +62,32 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import gymnasium as gym
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+for _path in (str(REPO), str(BENCH_DIR)):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+
+# benchmarks/common.py, found via BENCH_DIR. BOOTSTRAP_*, iqm, iqm_ci, window_mean and
+# write_json stay importable from this module, as before the split.
+from common import (  # noqa: E402,F401
+    BOOTSTRAP_REPS,
+    BOOTSTRAP_SEED,
+    RAY_INIT_KWARGS,
+    EpisodeLog,
+    command_line,
+    episode_return_callback_class,
+    iqm,
+    iqm_ci,
+    lifetime_env_steps,
+    load_runs as _load_runs,
+    matplotlib_pyplot,
+    plot_mean_band,
+    run_plan,
+    stack_curves,
+    window_mean,
+    write_json,
+)
 
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "a2c_parity"
 LIBRARIES = ("sb3", "ours")
@@ -78,8 +99,6 @@ LAST_K = 20  # final score: mean return of the last 20 completed episodes
 FULL_SEEDS = 5
 QUICK_SEEDS = 2
 QUICK_STEPS = 5_000
-BOOTSTRAP_REPS = 10_000
-BOOTSTRAP_SEED = 0
 BREAKOUT_FLAT_ID = "MinAtarBreakoutFlat-v1"
 
 # Environment key (also the results sub-folder) -> settings.
@@ -140,12 +159,6 @@ def rllib_env_id(env_key: str) -> str:
 
 
 # --------------------------------------------------------------------- recording
-
-
-def window_mean(returns: Sequence[float], k: int) -> Optional[float]:
-    if not returns:
-        return None
-    return float(np.mean(returns[-k:]))
 
 
 class Recorder:
@@ -214,28 +227,8 @@ def run_sb3(env_key: str, seed: int, total_steps: int) -> Dict[str, Any]:
 
 
 def _rllib_callback_class():
-    from ray.rllib.callbacks.callbacks import RLlibCallback
-
-    class EpisodeReturnCallback(RLlibCallback):
-        """Appends (return, length) of every completed episode to the EnvRunner.
-
-        The episode passed to `on_episode_end` is only the last chunk when the episode
-        spanned several `sample()` calls; earlier chunks come as `prev_episode_chunks`.
-        With a local learner those earlier chunks are the very objects the learner
-        connector `AddOneTsToEpisodesAndTruncate` extended in place by one artificial
-        step with reward 0.0: summing their returns is still exact, summing their
-        lengths is not (+1 per chunk), so the length is taken from the last chunk's
-        `t` (steps since reset), which the learner has not touched yet.
-        """
-
-        def on_episode_end(self, *, episode, prev_episode_chunks=None, env_runner=None,
-                           **kwargs) -> None:
-            chunks = list(prev_episode_chunks or []) + [episode]
-            ret = float(sum(chunk.get_return() for chunk in chunks))
-            length = int(episode.t)
-            env_runner.__dict__.setdefault("parity_episodes", []).append((ret, length))
-
-    return EpisodeReturnCallback
+    """The shared exact episode-return recorder (`common.episode_return_callback_class`)."""
+    return episode_return_callback_class()
 
 
 def run_ours(env_key: str, seed: int, total_steps: int) -> Dict[str, Any]:
@@ -254,23 +247,18 @@ def run_ours(env_key: str, seed: int, total_steps: int) -> Dict[str, Any]:
         .debugging(seed=seed)
     )
     algo = config.build_algo()
-    runner = algo.env_runner
-    seen = 0
+    episode_log = EpisodeLog(algo.env_runner)
     env_steps = 0
     iteration_steps: List[int] = []
     t_train = time.perf_counter()
     try:
         while env_steps < total_steps:
             result = algo.train()
-            lifetime = result.get("num_env_steps_sampled_lifetime")
-            if lifetime is None:
-                lifetime = result["env_runners"]["num_env_steps_sampled_lifetime"]
-            iteration_steps.append(int(lifetime) - env_steps)
-            env_steps = int(lifetime)
-            episodes = runner.__dict__.get("parity_episodes", [])
-            for ret, length in episodes[seen:]:
+            lifetime = lifetime_env_steps(result)
+            iteration_steps.append(lifetime - env_steps)
+            env_steps = lifetime
+            for ret, length in episode_log.new():
                 rec.add_episode(ret, length, env_steps)
-            seen = len(episodes)
             lib_mean = result.get("env_runners", {}).get("episode_return_mean")
             rec.add_point(env_steps, None if lib_mean is None else float(lib_mean))
         t_end = time.perf_counter()
@@ -332,13 +320,6 @@ def result_path(out: Path, env_key: str, library: str, seed: int) -> Path:
     return out / env_key / f"{library}_seed{seed}.json"
 
 
-def write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, allow_nan=False))
-    os.replace(tmp, path)
-
-
 def plan(env_keys: Sequence[str], seeds: Sequence[int]) -> List[Tuple[str, int, str]]:
     """Interleaved run order: per env, per seed, sb3 then ours."""
     return [(env_key, seed, lib) for env_key in env_keys for seed in seeds for lib in LIBRARIES]
@@ -347,34 +328,17 @@ def plan(env_keys: Sequence[str], seeds: Sequence[int]) -> List[Tuple[str, int, 
 def run_all(args, out: Path, env_keys, seeds, steps: Dict[str, int]) -> None:
     import torch
 
-    t0 = time.perf_counter()
     ray_started = False
-    todo = plan(env_keys, seeds)
-    for index, (env_key, seed, library) in enumerate(todo, 1):
-        path = result_path(out, env_key, library, seed)
-        if path.exists():
-            stored = json.loads(path.read_text())
-            if stored.get("target_env_steps") != steps[env_key]:
-                sys.exit(f"{path} was run for {stored.get('target_env_steps')} steps, this "
-                         f"invocation wants {steps[env_key]}: use another --out")
-            print(f"[{index}/{len(todo)}] skip {env_key} {library} seed{seed} (stored)", flush=True)
-            continue
-        elapsed_min = (time.perf_counter() - t0) / 60
-        if args.time_limit_min is not None and elapsed_min >= args.time_limit_min:
-            print(f"time limit of {args.time_limit_min} min reached after {elapsed_min:.1f} "
-                  f"min; stopping before {env_key} {library} seed{seed}. Re-run to resume.",
-                  flush=True)
-            break
+
+    def run_one(item: Tuple[str, int, str]) -> Dict[str, Any]:
+        nonlocal ray_started
+        env_key, seed, library = item
         if library == "ours" and not ray_started:
             import ray
 
-            ray.init(address="local", num_cpus=2, include_dashboard=False,
-                     object_store_memory=300 * 2**20, log_to_driver=False,
-                     logging_level="ERROR")
+            ray.init(**RAY_INIT_KWARGS)
             ray_started = True
         torch.set_num_threads(args.torch_threads)
-        print(f"[{index}/{len(todo)}] run {env_key} {library} seed{seed} "
-              f"({steps[env_key]} steps)", flush=True)
         runner = run_sb3 if library == "sb3" else run_ours
         data = runner(env_key, seed, steps[env_key])
         data.update(env=env_key, env_description=ENVS[env_key]["description"],
@@ -382,73 +346,29 @@ def run_all(args, out: Path, env_keys, seeds, steps: Dict[str, int]) -> None:
                     finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                     host=platform.node(), python=platform.python_version(),
                     command=command_line())
-        write_json(path, data)
-        print(f"    final score {data['final_score']:.2f} over {data['num_episodes']} episodes, "
-              f"{data['env_steps']} steps in {data['train_s']:.1f} s "
-              f"({data['env_steps_per_s']:.0f} steps/s), setup {data['setup_s']:.1f} s",
-              flush=True)
-    if ray_started:
-        import ray
+        return data
 
-        ray.shutdown()
-
-
-def command_line() -> str:
-    argv = list(sys.argv)
     try:
-        argv[0] = os.path.relpath(argv[0], REPO)
-    except ValueError:
-        pass
-    return " ".join([".venv/bin/python"] + [shlex.quote(a) for a in argv])
+        run_plan(
+            plan(env_keys, seeds),
+            path_of=lambda item: result_path(out, item[0], item[2], item[1]),
+            target_of=lambda item: steps[item[0]],
+            label_of=lambda item: f"{item[0]} {item[2]} seed{item[1]}",
+            run_one=run_one,
+            time_limit_min=args.time_limit_min,
+        )
+    finally:
+        if ray_started:
+            import ray
+
+            ray.shutdown()
 
 
 # --------------------------------------------------------------------- aggregate
 
 
-def iqm(scores: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Interquartile mean: 25% trimmed mean (as rliable's `aggregate_iqm`)."""
-    from scipy.stats import trim_mean
-
-    return trim_mean(scores, proportiontocut=0.25, axis=axis)
-
-
-def iqm_ci(scores: np.ndarray) -> Tuple[float, float, float, str]:
-    """IQM over seeds and its 95% stratified bootstrap CI (one task per env: the strata
-    collapse to a single one, i.e. seeds are resampled with replacement)."""
-    scores = np.asarray(scores, dtype=np.float64)
-    point = float(iqm(scores))
-    if len(scores) < 2:
-        return point, point, point, "none (fewer than 2 seeds)"
-    try:
-        from rliable import library as rly
-        from rliable import metrics
-
-        _, intervals = rly.get_interval_estimates(
-            {"x": scores[:, None]},
-            lambda s: np.array([metrics.aggregate_iqm(s)]),
-            reps=BOOTSTRAP_REPS,
-            random_state=np.random.RandomState(BOOTSTRAP_SEED),
-        )
-        low, high = (float(v) for v in np.asarray(intervals["x"]).reshape(2))
-        return point, low, high, (f"rliable stratified bootstrap, percentile, "
-                                  f"{BOOTSTRAP_REPS} resamples, seed {BOOTSTRAP_SEED}")
-    except Exception as error:  # rliable missing, or its `arch` dependency broken
-        reason = f"{type(error).__name__}: {error}".splitlines()[0][:120]
-    rng = np.random.default_rng(BOOTSTRAP_SEED)
-    idx = rng.integers(0, len(scores), size=(BOOTSTRAP_REPS, len(scores)))
-    stats = iqm(scores[idx], axis=1)
-    low, high = (float(v) for v in np.percentile(stats, [2.5, 97.5]))
-    return point, low, high, (f"numpy bootstrap over seeds (1 stratum), percentile, "
-                              f"{BOOTSTRAP_REPS} resamples, seed {BOOTSTRAP_SEED} "
-                              f"(rliable unusable: {reason})")
-
-
 def load_runs(out: Path) -> Dict[str, Dict[str, Dict[int, Dict[str, Any]]]]:
-    runs: Dict[str, Dict[str, Dict[int, Dict[str, Any]]]] = {}
-    for path in sorted(out.glob("*/*_seed*.json")):
-        data = json.loads(path.read_text())
-        runs.setdefault(data["env"], {}).setdefault(data["library"], {})[data["seed"]] = data
-    return runs
+    return _load_runs(out, "*/*_seed*.json", ("env", "library", "seed"))
 
 
 def aggregate(out: Path) -> Dict[str, Any]:
@@ -554,23 +474,11 @@ def summary_markdown(summary: Dict[str, Any], runs) -> str:
 
 
 def _stack_curves(datas: List[Dict[str, Any]]) -> Tuple[np.ndarray, np.ndarray]:
-    length = min(len(d["curve"]["env_steps"]) for d in datas)
-    # RLlib's iterations are 512-519 env steps, so seeds differ slightly: average them.
-    steps = np.mean([d["curve"]["env_steps"][:length] for d in datas], axis=0, dtype=np.float64)
-    values = np.array(
-        [[np.nan if v is None else v for v in d["curve"]["return_mean_last20"][:length]]
-         for d in datas], dtype=np.float64)
-    return steps, values
+    return stack_curves(datas, "return_mean_last20")
 
 
 def plot_curves(out: Path, runs) -> None:
-    import warnings
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = matplotlib_pyplot()
     env_keys = list(runs)
     if not env_keys:
         return
@@ -581,12 +489,8 @@ def plot_curves(out: Path, runs) -> None:
             if not datas:
                 continue
             steps, values = _stack_curves(datas)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN early columns
-                mean = np.nanmean(values, axis=0)
-                std = np.nanstd(values, axis=0)
-            ax.plot(steps, mean, color=color, label=f"{LIBRARY_LABELS[library]} ({len(datas)} seeds)")
-            ax.fill_between(steps, mean - std, mean + std, color=color, alpha=0.2, linewidth=0)
+            plot_mean_band(ax, steps, values, color=color, band="std",
+                           label=f"{LIBRARY_LABELS[library]} ({len(datas)} seeds)")
         ax.set_title(env_key)
         ax.set_xlabel("environment steps (summed over 8 envs)")
         ax.set_ylabel(f"episode return (mean of last {LAST_K} episodes)")

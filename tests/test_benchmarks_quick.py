@@ -1,5 +1,7 @@
-"""Smoke test of the A2C parity benchmark (`benchmarks/a2c_parity.py --quick`), so the
-script cannot rot: CartPole, 2 seeds, 5k env steps per run, both libraries."""
+"""Smoke tests of the benchmark scripts, so they cannot rot:
+`benchmarks/a2c_parity.py --quick` (CartPole, 2 seeds, 5k env steps per run, both
+libraries) and `benchmarks/credit_modes.py --quick` (bandit and CartPole, a2c and hca,
+1 seed, 5k env steps per run)."""
 
 from __future__ import annotations
 
@@ -61,3 +63,65 @@ def test_a2c_parity_quick(tmp_path):
     assert env["ours_iqm_vs_sb3_ci"] in ("inside", "above", "below")
     assert "| CartPole-v1 | ours |" in (tmp_path / "summary.md").read_text()
     assert (tmp_path / "curves.png").stat().st_size > 0
+
+
+CREDIT_MODES_SCRIPT = REPO / "benchmarks" / "credit_modes.py"
+
+
+def test_credit_modes_quick(tmp_path):
+    """`benchmarks/credit_modes.py --quick`: bandit and CartPole, a2c and hca, seed 0,
+    5k env steps per run; every run file and the summary must hold finite numbers."""
+    pytest.importorskip("matplotlib")
+    proc = subprocess.run(
+        [sys.executable, str(CREDIT_MODES_SCRIPT), "--quick", "--out", str(tmp_path)],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+
+    for task, last_k in (("bandit", 100), ("cartpole", 20)):
+        for method in ("a2c", "hca"):
+            path = tmp_path / task / f"{method}_seed0.json"
+            assert path.is_file(), path
+            run = json.loads(path.read_text())
+            assert (run["task"], run["method"], run["seed"]) == (task, method, 0)
+            for key in ("final_score", "wall_s", "train_s", "env_steps_per_s"):
+                assert _finite(run[key]), (path, key, run[key])
+            assert 5_000 <= run["env_steps"] < 5_000 + 2 * 520, run["env_steps"]
+            assert run["final_score_num_episodes"] == last_k
+            assert run["final_score"] == pytest.approx(
+                sum(run["episodes"]["return"][-last_k:]) / last_k)
+            assert run["env_check"]["env_config_reached"] is True
+            curve = run["curve"]
+            n = len(curve["env_steps"])
+            assert n == run["iterations"] >= 9
+            assert curve["env_steps"] == sorted(curve["env_steps"])
+            assert len(curve["return_mean_iteration"]) == n
+            assert all(_finite(v) for v in curve["return_mean_iteration"])
+            assert sum(curve["episodes_iteration"]) == run["num_episodes"]
+            for key in ("info/mutual_information", "hca/advantage_correlation"):
+                values = run["diagnostics"][key]
+                assert len(values) == n and all(_finite(v) for v in values), (key, values)
+            if task == "bandit":
+                # One step per episode, and pi(a) of the learned policy is a probability.
+                assert run["num_episodes"] == run["env_steps"]
+                assert 0.0 <= run["p_good_action_final"] <= 1.0
+            else:
+                assert run["episodes"]["return"] == [float(n) for n in run["episodes"]["length"]]
+
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    for task in ("bandit", "cartpole"):
+        methods = summary["tasks"][task]["methods"]
+        for method in ("a2c", "hca"):
+            stats = methods[method]
+            for key in ("iqm", "ci_low", "ci_high", "mean", "mean_env_steps_per_s"):
+                assert _finite(stats[key]), (task, method, key, stats[key])
+            assert stats["ci_low"] <= stats["iqm"] <= stats["ci_high"]
+            assert _finite(stats["diagnostics_last10"]["info/mutual_information"])
+        vs = methods["hca"]["vs_a2c"]
+        assert 0.0 <= vs["probability_of_improvement"] <= 1.0
+        assert _finite(vs["iqm_ratio"])  # a2c's IQM is > 0 on both tasks
+        assert _finite(vs["paired_difference"]["mean"])
+    text = (tmp_path / "summary.md").read_text()
+    assert "| cartpole | hca |" in text and "credit_modes.py" in text
+    for name in ("curves_bandit.png", "curves_cartpole.png", "final_scores.png"):
+        assert (tmp_path / name).stat().st_size > 0, name

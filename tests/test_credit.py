@@ -703,3 +703,27 @@ def test_mutual_information_with_mask():
     assert math.isclose(mi, (log_q[mask] - log_pi[mask]).mean(), abs_tol=1e-9)
     same = torch.as_tensor(log_pi)
     assert C.mutual_information(same, same.clone()).item() == 0.0
+
+
+def test_normalized_gate_keeps_the_mean_weight_and_falls_back_to_a2c():
+    torch.manual_seed(0)
+    n = 200
+    gae = torch.randn(n)
+    log_pi = torch.log(torch.full((n,), 0.5))
+    # Half the steps informative (|log q - log pi| = 0.5), half not (0.01).
+    log_q = log_pi + torch.where(torch.arange(n) % 2 == 0, 0.5, 0.01)
+    mask = torch.ones(n, dtype=torch.bool)
+    mask[-10:] = False
+    out = C.credit_advantage(
+        "c2a2c", gae=gae, log_pi_taken=log_pi, log_q_taken=log_q, returns=gae,
+        values=torch.zeros(n), gate_delta=0.1, normalize_gate=True, mask=mask,
+    )
+    assert torch.allclose(out["gate"][mask].mean(), torch.tensor(1.0))
+    assert torch.equal(out["raw_gate"], (torch.arange(n) % 2 == 0).float())
+    assert torch.allclose(out["advantages"], out["gate"] * gae)
+    # Nothing informative: the normalised gate is 1 everywhere, i.e. A2C.
+    nothing = C.credit_advantage(
+        "c2a2c", gae=gae, log_pi_taken=log_pi, log_q_taken=log_pi, returns=gae,
+        values=torch.zeros(n), gate_delta=0.1, normalize_gate=True, mask=mask,
+    )
+    assert torch.equal(nothing["advantages"], gae)
