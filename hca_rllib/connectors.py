@@ -93,7 +93,7 @@ class ComputeCreditAdvantages(ConnectorV2):
             reliability = None
             if config.reliability_z:
                 batch_reliability = credit.classifier_reliability(
-                    pointwise_information, mask, config.reliability_z
+                    pointwise_information, mask, config.reliability_z, config.reliability_information
                 )
                 reliability = (
                     module.update_reliability(batch_reliability, config.reliability_decay)

@@ -146,6 +146,7 @@ def classifier_reliability(
     pointwise_information: torch.Tensor,
     mask: Optional[torch.Tensor] = None,
     z_full_trust: float = 2.0,
+    information_full_trust: Optional[float] = None,
 ) -> torch.Tensor:
     """How far the classifier can be trusted, in [0, 1], from held-out evidence.
 
@@ -154,6 +155,10 @@ def classifier_reliability(
     divided by its standard error it is a z-score. Reliability is
     `clip(z / z_full_trust, 0, 1)`: 0 when the classifier carries no (or negative,
     i.e. miscalibrated) information, 1 once the information is clearly above noise.
+
+    `information_full_trust` (nats) also scales trust by the size of the information:
+    `clip(I / information_full_trust, 0, 1)`, so a classifier whose information is
+    real but tiny (statistically detectable on a large batch) is not fully trusted.
     """
     x = pointwise_information if mask is None else pointwise_information[mask]
     n = x.numel()
@@ -161,7 +166,10 @@ def classifier_reliability(
         return torch.zeros((), device=x.device)
     standard_error = x.std(unbiased=True) / np.sqrt(n)
     z = x.mean() / torch.clamp(standard_error, min=1e-8)
-    return torch.clamp(z / z_full_trust, 0.0, 1.0)
+    trust = torch.clamp(z / z_full_trust, 0.0, 1.0)
+    if information_full_trust is not None:
+        trust = trust * torch.clamp(x.mean() / information_full_trust, 0.0, 1.0)
+    return trust
 
 
 def credit_advantage(

@@ -54,6 +54,9 @@ HCA_TRAINING_DEFAULTS: Dict[str, Any] = {
     # Degrade toward A2C when the classifier's held-out information is not clearly
     # above noise: trust grows linearly up to this z-score. None: pure estimators.
     "reliability_z": 2.0,
+    # Held-out information (nats per step) at which the classifier is fully trusted;
+    # below it trust shrinks in proportion. None: significance alone decides.
+    "reliability_information": None,
     # Decay of the moving average of that trust across batches (0: this batch only).
     "reliability_decay": 0.9,
     # Hindsight classifier architecture (method note, section 3).
@@ -192,6 +195,9 @@ class HCAConfig(AlgorithmConfig):
         in_range("optimizer_eps", self.optimizer_eps, 0.0, 1.0, low_open=True)
         if self.reliability_z is not None:
             in_range("reliability_z", self.reliability_z, 0.0, math.inf, low_open=True, high_open=True)
+        if self.reliability_information is not None:
+            in_range("reliability_information", self.reliability_information, 0.0, math.inf,
+                     low_open=True, high_open=True)
         in_range("reliability_decay", self.reliability_decay, 0.0, 1.0, high_open=True)
         if self.hindsight_lr is not None:
             in_range("hindsight_lr", self.hindsight_lr, 0.0, math.inf, low_open=True, high_open=True)

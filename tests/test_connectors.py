@@ -1,0 +1,131 @@
+"""The learner connector piece on a hand-built batch in RLlib's layout (episode chunks,
+each followed by one artificial bootstrap step with LOSS_MASK False)."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from ray.rllib.core.columns import Columns
+from ray.rllib.evaluation.postprocessing import Postprocessing
+from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
+
+from hca_rllib import HCAConfig, credit
+from hca_rllib.connectors import ComputeCreditAdvantages
+from hca_rllib.module import RETURNS, HCATorchRLModule
+
+MID = "default_policy"
+
+
+def make_batch(seed=0):
+    """Two chunks: 5 steps truncated (bootstrap), 3 steps terminated."""
+    rng = np.random.default_rng(seed)
+    lengths, terminated = [5, 3], [False, True]
+    rows = []
+    for length, term in zip(lengths, terminated):
+        for t in range(length):
+            last = t == length - 1
+            rows.append(dict(reward=rng.normal(), term=last and term, trunc=last and not term, mask=True))
+        rows.append(dict(reward=0.0, term=False, trunc=False, mask=False))
+    n = len(rows)
+    return {
+        Columns.OBS: torch.tensor(rng.normal(size=(n, 4)), dtype=torch.float32),
+        Columns.ACTIONS: torch.tensor(rng.integers(0, 2, n)),
+        Columns.REWARDS: torch.tensor([r["reward"] for r in rows], dtype=torch.float32),
+        Columns.TERMINATEDS: torch.tensor([r["term"] for r in rows]),
+        Columns.TRUNCATEDS: torch.tensor([r["trunc"] for r in rows]),
+        Columns.LOSS_MASK: torch.tensor([r["mask"] for r in rows]),
+    }
+
+
+def run(config, batch, module=None):
+    module = module or HCATorchRLModule(
+        observation_space=gym.spaces.Box(-np.inf, np.inf, (4,), np.float32),
+        action_space=gym.spaces.Discrete(2),
+        inference_only=False,
+        model_config={"hindsight": config.hindsight},
+    )
+    metrics = MetricsLogger()
+    out = ComputeCreditAdvantages(config=config)(
+        rl_module={MID: module}, batch={MID: batch}, episodes=[], metrics=metrics
+    )
+    return out[MID], module, metrics
+
+
+def values_of(module, batch):
+    with torch.no_grad():
+        return module.compute_values(batch)
+
+
+def test_a2c_advantages_are_gae_not_normalised():
+    config = HCAConfig().training(credit="a2c", hindsight_loss_coeff=0.0, gamma=0.9, lambda_=0.8)
+    batch = make_batch()
+    out, module, _ = run(config, dict(batch))
+    v = values_of(module, batch)
+    gae = credit.gae_advantages(batch[Columns.REWARDS], v, batch[Columns.TERMINATEDS], batch[Columns.TRUNCATEDS], 0.9, 0.8)
+    torch.testing.assert_close(out[Postprocessing.ADVANTAGES], gae)
+    torch.testing.assert_close(out[Postprocessing.VALUE_TARGETS], gae + v)
+    assert RETURNS not in out  # no classifier in plain A2C
+
+
+def test_normalize_advantages_when_asked():
+    config = HCAConfig().training(credit="a2c", hindsight_loss_coeff=0.0, normalize_advantages=True)
+    out, _, _ = run(config, make_batch())
+    real = out[Postprocessing.ADVANTAGES][out[Columns.LOSS_MASK]]
+    assert abs(float(real.mean())) < 1e-5 and abs(float(real.std()) - 1) < 1e-4
+
+
+@pytest.mark.parametrize("mode", ["bootstrap", "monte_carlo"])
+def test_returns_bootstrap_or_monte_carlo(mode):
+    config = HCAConfig().training(credit="hca", returns=mode, gamma=0.95)
+    batch = make_batch(seed=3)
+    out, module, _ = run(config, dict(batch))
+    v = values_of(module, batch)
+    bootstrap = v if mode == "bootstrap" else torch.zeros_like(v)
+    expected = credit.discounted_returns(
+        batch[Columns.REWARDS], bootstrap, batch[Columns.TERMINATEDS], batch[Columns.TRUNCATEDS], 0.95
+    )
+    torch.testing.assert_close(out[RETURNS], expected)
+    # The truncated chunk's last real step (row 4) bootstraps with the artificial step's value.
+    r = batch[Columns.REWARDS]
+    assert float(out[RETURNS][4]) == pytest.approx(float(r[4] + 0.95 * bootstrap[5]), abs=1e-5)
+    if mode == "monte_carlo":
+        torch.testing.assert_close(out[Postprocessing.VALUE_TARGETS], expected)
+
+
+@pytest.mark.parametrize("credit_mode", ["hca", "c2a2c", "mix"])
+def test_untrained_policy_relative_classifier_gives_a2c_or_nothing(credit_mode):
+    """q == pi at initialisation: the pure estimators give 0 (hca) or mask everything
+    (c2a2c); with the default trust (which starts at 0) every mode is exactly A2C."""
+    batch = make_batch(seed=1)
+    pure = HCAConfig().training(credit=credit_mode, reliability_z=None)
+    out, module, metrics = run(pure, dict(batch))
+    v = values_of(module, batch)
+    gae = credit.gae_advantages(batch[Columns.REWARDS], v, batch[Columns.TERMINATEDS], batch[Columns.TRUNCATEDS], 0.99, 1.0)
+    if credit_mode == "mix":
+        torch.testing.assert_close(out[Postprocessing.ADVANTAGES], 0.5 * gae)
+    else:
+        assert torch.count_nonzero(out[Postprocessing.ADVANTAGES]) == 0
+    reduced = metrics.reduce()
+    assert reduced[MID]["info/mutual_information"].peek() == 0.0
+    if credit_mode == "c2a2c":
+        assert reduced[MID]["c2a2c/mask_fraction"].peek() == 1.0
+
+    trusted = HCAConfig().training(credit=credit_mode)
+    out, _, _ = run(trusted, dict(batch), module=module)
+    torch.testing.assert_close(out[Postprocessing.ADVANTAGES], gae)
+
+
+def test_non_finite_reward_leaves_running_statistics_untouched():
+    config = HCAConfig().training(credit="hca")
+    batch = make_batch()
+    _, module, _ = run(config, dict(batch))
+    state = {k: v.clone() for k, v in module.return_encoder.state_dict().items()}
+    reliability = module.reliability.clone()
+    poisoned = dict(make_batch(seed=5))
+    poisoned[Columns.REWARDS] = poisoned[Columns.REWARDS].clone()
+    poisoned[Columns.REWARDS][2] = float("nan")
+    run(config, poisoned, module=module)
+    for key, value in module.return_encoder.state_dict().items():
+        assert torch.equal(value, state[key]), key
+    assert torch.equal(module.reliability, reliability)
