@@ -5,9 +5,8 @@ Methods (name -> `HCAConfig().training(...)` overrides on the package defaults):
                 the diagnostics only: its own optimizer, detached torso; it does not
                 touch the policy update)
   * hca         credit="hca"
-  * c2a2c       credit="c2a2c"
-  * c2a2c_soft  credit="c2a2c", c2a2c_soft=True
-  * c2a2c_norm  credit="c2a2c", c2a2c_normalize=True
+  * c2a2c       credit="c2a2c" (default: soft gate)
+  * c2a2c_hard  credit="c2a2c", c2a2c_soft=False
   * mix         credit="mix"
   * hca_pure    credit="hca", reliability_z=None (no fallback toward A2C)
   * c2a2c_pure  credit="c2a2c", reliability_z=None
@@ -15,6 +14,7 @@ Methods (name -> `HCAConfig().training(...)` overrides on the package defaults):
 Tasks (name -> env id, env_config, env-step budget, final-score window):
   * bandit            HCA/AmbiguousBandit-v0, defaults,                  30k, last 100 episodes
   * delayed_effect    HCA/DelayedEffect-v0 {length: 10, noise_std: 1.0}, 60k, last 100
+  * delayed_effect_noisy  HCA/DelayedEffect-v0 {length: 20, noise_std: 2.0}, 60k, last 100
   * shortcut          HCA/Shortcut-v0 {length: 8, slip_prob: 0.1},      30k, last 100
   * cartpole          CartPole-v1,                                      100k, last 20
   * delayed_cartpole  HCA/DelayedReward-v0 {env_id: CartPole-v1},       100k, last 20
@@ -116,8 +116,7 @@ METHODS: Dict[str, Dict[str, Any]] = {
     "a2c": {"credit": "a2c", "hindsight_loss_coeff": 1.0},
     "hca": {"credit": "hca"},
     "c2a2c": {"credit": "c2a2c"},
-    "c2a2c_soft": {"credit": "c2a2c", "c2a2c_soft": True},
-    "c2a2c_norm": {"credit": "c2a2c", "c2a2c_normalize": True},
+    "c2a2c_hard": {"credit": "c2a2c", "c2a2c_soft": False},
     "mix": {"credit": "mix"},
     "hca_pure": {"credit": "hca", "reliability_z": None},
     "c2a2c_pure": {"credit": "c2a2c", "reliability_z": None},
@@ -137,6 +136,13 @@ TASKS: Dict[str, Dict[str, Any]] = {
         "probe": {"obs": [1.0, 0.0], "good_action": 0,
                   "what": "pi(good first action 0 | start obs [1, 0])"},
         "reference": "optimal +1, uniform policy 0 (per-episode noise sd sqrt(10) = 3.2)",
+    },
+    "delayed_effect_noisy": {
+        "env_id": "HCA/DelayedEffect-v0", "env_config": {"length": 20, "noise_std": 2.0},
+        "steps": 60_000, "last_k": 100,
+        "probe": {"obs": [1.0, 0.0], "good_action": 0,
+                  "what": "pi(good first action 0 | start obs [1, 0])"},
+        "reference": "optimal +1, uniform policy 0 (per-episode noise sd 2 sqrt(20) = 8.9)",
     },
     "shortcut": {
         "env_id": "HCA/Shortcut-v0", "env_config": {"length": 8, "slip_prob": 0.1},
@@ -171,8 +177,7 @@ DIAGNOSTIC_LABELS = {
     "hca/advantage_correlation": "corr(A, A_GAE)",
 }
 COLORS = {
-    "a2c": "black", "hca": "tab:blue", "c2a2c": "tab:orange", "c2a2c_soft": "tab:green",
-    "c2a2c_norm": "tab:red", "mix": "tab:purple", "hca_pure": "tab:cyan",
+    "a2c": "black", "hca": "tab:blue", "c2a2c": "tab:orange", "c2a2c_hard": "tab:green", "mix": "tab:purple", "hca_pure": "tab:cyan",
     "c2a2c_pure": "tab:brown",
 }
 
@@ -512,7 +517,7 @@ def summary_markdown(summary: Dict[str, Any], runs) -> str:
         "",
         "Methods: " + "; ".join(f"`{m}` = {json.dumps(o)}" for m, o in METHODS.items()) + ".",
         "",
-        "Final score = mean undiscounted return of the last 100 (bandit, delayed_effect, "
+        "Final score = mean undiscounted return of the last 100 (bandit, delayed_effect(_noisy), "
         "shortcut) or last 20 (cartpole, delayed_cartpole) completed episodes of a run "
         "(exact per-episode returns, all chunks summed). IQM = 25% trimmed mean over "
         "seeds, CI = 95% bootstrap over seeds. IQM / a2c is given only where the a2c IQM "

@@ -43,9 +43,12 @@ HCA_TRAINING_DEFAULTS: Dict[str, Any] = {
     # `hca`: clip of rho = pi/q to [0, hca_ratio_clip]; subtract b = V when hca_baseline.
     "hca_ratio_clip": 10.0,
     "hca_baseline": True,
-    # `c2a2c`: gate threshold delta on |log q - log pi| (nats); soft gate if c2a2c_soft.
+    # `c2a2c`: gate threshold delta on |log q - log pi| (nats); soft gate
+    # min(1, |log q - log pi| / delta) if c2a2c_soft, else the hard 0/1 gate. Soft is
+    # the default: on CartPole the hard gate's cut of small-information steps slowed
+    # learning most (benchmarks/credit_modes.py, benchmarks/README.md).
     "c2a2c_delta": 0.1,
-    "c2a2c_soft": False,
+    "c2a2c_soft": True,
     # Divide the gate by its batch mean: re-weight toward informative steps rather
     # than shrink the whole update (a gate of all zeros falls back to A2C).
     "c2a2c_normalize": False,
