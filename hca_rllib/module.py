@@ -61,10 +61,17 @@ def is_image_space(space: gym.Space) -> bool:
     return isinstance(space, gym.spaces.Box) and len(space.shape) == 3
 
 
-def default_model_config(observation_space: gym.Space) -> Dict[str, Any]:
+def default_model_config(observation_space: gym.Space, user_config: Dict[str, Any]) -> Dict[str, Any]:
     """RLlib's defaults overlaid with A2C's usual choices for this observation space."""
     config = dataclasses.asdict(DefaultModelConfig())
     if is_image_space(observation_space):
+        height, width = observation_space.shape[:2]
+        if min(height, width) < 36 and not user_config.get("conv_filters"):
+            raise ValueError(
+                f"observation shape {observation_space.shape}: the default Nature CNN needs "
+                f"images of at least 36x36; set model_config['conv_filters'] for smaller "
+                f"images (or flatten them)"
+            )
         config.update(conv_filters=NATURE_CNN_FILTERS, vf_share_layers=True)
     else:
         config.update(fcnet_hiddens=[64, 64], fcnet_activation="tanh", vf_share_layers=False)
@@ -173,18 +180,19 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
         user_config = self.model_config or {}
         if dataclasses.is_dataclass(user_config):
             user_config = dataclasses.asdict(user_config)
-        self.config_ = {**default_model_config(self.observation_space), **user_config}
-        self.hindsight_config = {**HINDSIGHT_DEFAULTS, **(self.config_.get("hindsight") or {})}
+        config = {**default_model_config(self.observation_space, user_config), **user_config}
+        self.resolved_model_config = config
+        self.hindsight_config = {**HINDSIGHT_DEFAULTS, **(config.get("hindsight") or {})}
         num_actions = int(self.action_space.n)
 
-        self.pi_torso = Torso(self.observation_space, self.config_)
+        self.pi_torso = Torso(self.observation_space, config)
         self.pi = nn.Linear(self.pi_torso.output_dim, num_actions)
         _orthogonal_init(self.pi, 0.01)
         if self.inference_only:
             return
 
         self.vf_torso = (
-            None if self.config_["vf_share_layers"] else Torso(self.observation_space, self.config_)
+            None if config["vf_share_layers"] else Torso(self.observation_space, config)
         )
         vf_width = (self.vf_torso or self.pi_torso).output_dim
         self.vf = nn.Linear(vf_width, 1)
@@ -192,7 +200,7 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
 
         h = self.hindsight_config
         self.hindsight_torso = (
-            Torso(self.observation_space, self.config_) if h["torso"] == "separate" else None
+            Torso(self.observation_space, config) if h["torso"] == "separate" else None
         )
         self.return_encoder = ReturnEncoder(h["return_encoding"], h["num_bins"], h["bins_range"])
         # Running trust in the classifier (see `credit.classifier_reliability`): a buffer,

@@ -197,3 +197,8 @@ def test_hindsight_head_approaches_exact_bandit_posterior(ray_local):
         assert expected_kl < 0.008, (expected_kl, bandit_mutual_information(p))
     finally:
         algo.stop()
+
+
+def test_continuous_action_space_env_is_rejected_with_a_clear_error(ray_local):
+    with pytest.raises(ValueError, match=r"HCA needs a Discrete action space .* got Box"):
+        HCAConfig().environment("Pendulum-v1").build_algo()

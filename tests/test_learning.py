@@ -62,6 +62,7 @@ def cartpole_a2c_score():
 
 def test_a2c_solves_cartpole(ray_local):
     """Mean return over 20 consecutive episodes reaches 400 within 200k env steps."""
+    print(f"cartpole a2c: best 20-episode mean {cartpole_a2c_score():.1f}")
     assert cartpole_a2c_score() >= 400
 
 
@@ -69,6 +70,7 @@ def test_a2c_solves_cartpole(ray_local):
 def test_credit_mode_does_not_collapse_on_cartpole(ray_local, credit):
     returns, _ = train(config_for(credit, "CartPole-v1", seed=0), CARTPOLE_STEPS)
     score = best_rolling_mean(returns)
+    print(f"cartpole {credit}: best 20-episode mean {score:.1f}, A2C {cartpole_a2c_score():.1f}")
     assert score >= 0.8 * cartpole_a2c_score(), (credit, score, cartpole_a2c_score())
 
 
@@ -101,6 +103,7 @@ def delayed_effect_probabilities(credit):
 def test_credit_modes_find_the_delayed_effect_as_reliably_as_a2c(ray_local, credit):
     a2c = delayed_effect_probabilities("a2c")
     ours = delayed_effect_probabilities(credit)
+    print(f"delayed effect pi(good first action): {credit} {np.round(ours, 3)}, A2C {np.round(a2c, 3)}")
     # Margin 0.05: the modes must not be worse than A2C on average, across three seeds.
     assert np.mean(ours) >= np.mean(a2c) - 0.05, (credit, ours, a2c)
     assert min(ours) > 0.5, (credit, ours)

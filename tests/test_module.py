@@ -422,3 +422,15 @@ def test_non_discrete_action_space_rejected(action_space):
             inference_only=False,
             model_config={},
         )
+
+
+def test_small_image_without_conv_filters_is_a_clear_error():
+    small = gymnasium.spaces.Box(0, 1, (10, 10, 4), np.uint8)
+    with pytest.raises(ValueError, match=r"observation shape \(10, 10, 4\).*conv_filters"):
+        HCATorchRLModule(observation_space=small, action_space=gymnasium.spaces.Discrete(3),
+                         inference_only=False, model_config={})
+    module = HCATorchRLModule(
+        observation_space=small, action_space=gymnasium.spaces.Discrete(3), inference_only=False,
+        model_config={"conv_filters": [[16, 3, 1, "valid"]]},
+    )
+    assert module.pi_torso.output_dim == 512
