@@ -68,8 +68,10 @@ class ComputeCreditAdvantages(ConnectorV2):
         policy_logits = module.pi(policy_latent)
         values = module._values(obs, policy_latent)
 
-        bootstrap = values if config.returns == "bootstrap" else torch.zeros_like(values)
-        returns = credit.discounted_returns(rewards, bootstrap, terminateds, truncateds, config.gamma)
+        # Both modes bootstrap where an episode was cut without a terminal state. In
+        # `monte_carlo` mode batches hold complete episodes (validated), so that happens
+        # only at the environment's time limit, and the value targets are the returns.
+        returns = credit.discounted_returns(rewards, values, terminateds, truncateds, config.gamma)
         gae = credit.gae_advantages(
             rewards, values, terminateds, truncateds, config.gamma, config.lambda_
         )
@@ -80,7 +82,7 @@ class ComputeCreditAdvantages(ConnectorV2):
         if config.uses_hindsight:
             # A non-finite return must not poison the running statistics (returns,
             # reliability); the Learner skips the update that this batch would make.
-            finite = bool(torch.isfinite(returns[mask]).all())
+            finite = bool(torch.isfinite(returns[mask]).all() and torch.isfinite(values[mask]).all())
             if finite:
                 module.update_return_statistics(returns[mask])
             actions = b[Columns.ACTIONS].long().unsqueeze(-1)
@@ -90,6 +92,7 @@ class ComputeCreditAdvantages(ConnectorV2):
             log_pi = log_pi_all.gather(-1, actions).squeeze(-1)
             log_q = log_q_all.gather(-1, actions).squeeze(-1)
             pointwise_information = log_q - log_pi
+            finite = finite and bool(torch.isfinite(pointwise_information[mask]).all())
             reliability = None
             if config.reliability_z:
                 batch_reliability = credit.classifier_reliability(
@@ -120,7 +123,7 @@ class ComputeCreditAdvantages(ConnectorV2):
             b[RETURNS] = returns
             diagnostics.update(
                 self._diagnostics(
-                    parts, gae, advantages, pointwise_information, policy_logits,
+                    parts, gae, pointwise_information, policy_logits,
                     hindsight_logits, b[Columns.ACTIONS], mask, reliability,
                 )
             )
@@ -133,16 +136,18 @@ class ComputeCreditAdvantages(ConnectorV2):
         return diagnostics
 
     def _diagnostics(
-        self, parts, gae, advantages, pointwise_information, policy_logits,
+        self, parts, gae, pointwise_information, policy_logits,
         hindsight_logits, actions, mask, reliability,
     ) -> Dict[str, Any]:
         """Method note, section 4, measured on this (held-out) batch."""
-        ratio = torch.exp(-pointwise_information)
+        ratio = torch.exp(-pointwise_information)  # pi / q
+        # The credit estimator itself (before any blending toward A2C) against GAE.
+        estimator = parts.get("hca_advantages", parts.get("raw_gate", 1.0) * gae)
         out = {
-            "info/mutual_information": credit.mutual_information(pointwise_information, 0.0, mask),
+            "info/mutual_information": pointwise_information[mask].mean(),
             "hindsight/accuracy": credit.argmax_accuracy(hindsight_logits, actions, mask),
             "policy/accuracy": credit.argmax_accuracy(policy_logits, actions, mask),
-            "hca/advantage_correlation": credit.correlation(advantages, gae, mask),
+            "hca/advantage_correlation": credit.correlation(estimator, gae, mask),
         }
         for key, value in credit.ratio_statistics(ratio, self.config.hca_ratio_clip, mask).items():
             out[f"hca/{key}"] = value

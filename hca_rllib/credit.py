@@ -198,7 +198,7 @@ def credit_advantage(
 
     `normalize_gate` divides the `c2a2c` gate by its mean over the (masked) batch, so
     the gate re-weights the policy gradient toward informative steps instead of
-    shrinking it; a gate that is 0 everywhere becomes 1 everywhere (plain A2C).
+    shrinking it; a gate whose mean is below 1e-3 becomes 1 everywhere (plain A2C).
 
     Returns a dict with `advantages` and, where defined, `hca_advantages`, `gate`
     (as applied) and `raw_gate` (the gate of the note, before normalising or trust).
@@ -214,7 +214,9 @@ def credit_advantage(
         out["raw_gate"] = gate
         if normalize_gate:
             gate_mean = _masked(gate, mask).mean()
-            gate = gate / gate_mean if gate_mean > 0 else torch.ones_like(gate)
+            # Below 1e-3 the gate says "nothing informative": dividing would blow a
+            # few noise steps up to ~N times their weight.
+            gate = gate / gate_mean if gate_mean > 1e-3 else torch.ones_like(gate)
         if reliability is not None:
             gate = (1.0 - reliability) + reliability * gate
         out["gate"] = gate

@@ -155,7 +155,10 @@ class HCAConfig(AlgorithmConfig):
     @property
     @override(AlgorithmConfig)
     def _model_config_auto_includes(self) -> Dict[str, Any]:
-        return super()._model_config_auto_includes | {"hindsight": dict(self.hindsight)}
+        return super()._model_config_auto_includes | {
+            "hindsight": copy.deepcopy(self.hindsight),
+            "uses_hindsight": self.uses_hindsight,
+        }
 
     @override(AlgorithmConfig)
     def validate(self) -> None:
@@ -204,6 +207,9 @@ class HCAConfig(AlgorithmConfig):
         in_range("reliability_decay", self.reliability_decay, 0.0, 1.0, high_open=True)
         if self.hindsight_lr is not None:
             in_range("hindsight_lr", self.hindsight_lr, 0.0, math.inf, low_open=True, high_open=True)
+        if self.credit != "a2c" and self.hindsight_loss_coeff == 0 and self.hindsight_epochs == 0:
+            fail(f"credit={self.credit!r} needs a trained classifier: hindsight_loss_coeff "
+                 f"must be > 0 (or hindsight_epochs >= 1), got 0")
         if (not isinstance(self.hindsight_epochs, int) or isinstance(self.hindsight_epochs, bool)
                 or self.hindsight_epochs < 0):
             fail(f"hindsight_epochs must be an integer >= 0, got {self.hindsight_epochs!r}")

@@ -24,7 +24,7 @@ from ray.rllib.utils.typing import ModuleID, ParamDict, TensorType
 
 from hca_rllib import credit
 from hca_rllib.connectors import ComputeCreditAdvantages
-from hca_rllib.module import HINDSIGHT_LOGITS
+from hca_rllib.module import HINDSIGHT_LOGITS, RETURNS
 
 logger = logging.getLogger(__name__)
 
@@ -133,6 +133,7 @@ class HCATorchLearner(TorchLearner):
         """Skip the whole update if any gradient is non-finite (a NaN loss gives NaN
         gradients, so this also covers non-finite losses and advantages)."""
         finite = all(g is None or torch.isfinite(g).all() for g in gradients_dict.values())
+        self._last_update_skipped = not finite
         if not finite:
             logger.warning("Non-finite loss or gradient: skipping this update.")
             self.metrics.log_value((ALL_MODULES, NUM_SKIPPED_UPDATES), 1, reduce="lifetime_sum")
@@ -144,35 +145,51 @@ class HCATorchLearner(TorchLearner):
 
     @override(TorchLearner)
     def _update(self, batch: Dict[str, Any]):
+        extra_passes = self.config.uses_hindsight and self.config.hindsight_epochs > 0
+        # The classifier must keep fitting the policy that produced the data, so the
+        # extra passes use the policy as it was before this update.
+        behaviour = self._policy_outputs(batch) if extra_passes else None
+        self._last_update_skipped = False
         result = super()._update(batch)
-        if self.config.uses_hindsight and self.config.hindsight_epochs > 0:
-            self._extra_hindsight_passes(batch)
+        if extra_passes and not self._last_update_skipped:
+            self._extra_hindsight_passes(batch, behaviour)
         return result
 
-    def _extra_hindsight_passes(self, batch: Dict[str, Any]) -> None:
-        """`hindsight_epochs` more classifier steps on the same batch, classifier only."""
-        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
-        for module_id in batch:
+    @torch.no_grad()
+    def _policy_outputs(self, batch: Dict[str, Any]) -> Dict[str, Any]:
+        out = {}
+        for module_id, module_batch in batch.items():
             module = self.module[module_id].unwrapped()
-            module_batch = batch[module_id]
+            latent = module.pi_torso(module_batch[Columns.OBS])
+            out[module_id] = (latent, module.pi(latent))
+        return out
+
+    def _extra_hindsight_passes(self, batch: Dict[str, Any], behaviour: Dict[str, Any]) -> None:
+        """`hindsight_epochs` more classifier-only steps on the same batch, with the same
+        gradient clipping and non-finite check as the main step."""
+        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        for module_id, module_batch in batch.items():
+            module = self.module[module_id].unwrapped()
             mask = module_batch[Columns.LOSS_MASK].bool()
             actions = module_batch[Columns.ACTIONS].long().unsqueeze(-1)
             optimizer = self.get_optimizer(module_id, HINDSIGHT_OPTIMIZER)
             params = [p for group in optimizer.param_groups for p in group["params"]]
             obs = module_batch[Columns.OBS]
-            with torch.no_grad():
-                latent = module.pi_torso(obs)
-                logits = module.pi(latent)
+            latent, logits = behaviour[module_id]
             for _ in range(self.config.hindsight_epochs):
                 optimizer.zero_grad(set_to_none=True)
-                hindsight_logits = module._hindsight_logits(obs, latent, logits, module_batch["returns"])
+                hindsight_logits = module._hindsight_logits(obs, latent, logits, module_batch[RETURNS])
                 loss = self._hindsight_loss(hindsight_logits, actions, mask)
                 loss.backward()
+                grads = [p.grad for p in params if p.grad is not None]
                 if distributed:
-                    world = torch.distributed.get_world_size()
-                    for p in params:
-                        if p.grad is not None:
-                            torch.distributed.all_reduce(p.grad)
-                            p.grad /= world
-                if all(p.grad is None or torch.isfinite(p.grad).all() for p in params):
-                    optimizer.step()
+                    # Outside DDP's forward: average the classifier's gradients by hand.
+                    for grad in grads:
+                        torch.distributed.all_reduce(grad)
+                        grad /= torch.distributed.get_world_size()
+                if not all(torch.isfinite(g).all() for g in grads):
+                    break
+                if self.config.grad_clip:
+                    torch.nn.utils.clip_grad_norm_(params, self.config.grad_clip)
+                optimizer.step()
+                self.metrics.log_value((module_id, "hindsight_loss_extra_passes"), loss.detach(), window=1)

@@ -31,7 +31,6 @@ from ray.rllib.utils.annotations import override
 # Column names this package adds to train batches and forward outputs.
 RETURNS = "returns"
 HINDSIGHT_LOGITS = "hindsight_logits"
-HINDSIGHT_TRAIN_MASK = "hindsight_train_mask"
 
 # Nature DQN torso (Mnih et al. 2015), valid padding: 84x84 -> 20 -> 9 -> 7, 3136 wide.
 NATURE_CNN_FILTERS = [[32, 8, 4, "valid"], [64, 4, 2, "valid"], [64, 3, 1, "valid"]]
@@ -198,7 +197,15 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
         self.vf = nn.Linear(vf_width, 1)
         _orthogonal_init(self.vf, 1.0)
 
+        # Plain A2C (`uses_hindsight` False) builds no classifier: no dead parameters
+        # (which DistributedDataParallel would reject) and smaller checkpoints.
+        self.hindsight = self.hindsight_torso = self.return_encoder = None
+        if not config.get("uses_hindsight", True):
+            return
         h = self.hindsight_config
+        for option, allowed in HINDSIGHT_CHOICES.items():
+            if h[option] not in allowed:
+                raise ValueError(f"hindsight.{option} must be one of {list(allowed)}, got {h[option]!r}")
         self.hindsight_torso = (
             Torso(self.observation_space, config) if h["torso"] == "separate" else None
         )
@@ -242,7 +249,7 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
             Columns.EMBEDDINGS: policy_latent,
             Columns.VF_PREDS: self._values(obs, policy_latent),
         }
-        if RETURNS in batch:
+        if RETURNS in batch and self.hindsight is not None:
             out[HINDSIGHT_LOGITS] = self._hindsight_logits(obs, policy_latent, logits, batch[RETURNS])
         return out
 

@@ -16,7 +16,8 @@ from hca_rllib.envs import bandit_exact_posterior, bandit_mutual_information
 
 
 class NaNRewardAt(gym.Wrapper):
-    """Pays a NaN reward on the `nan_at`-th step of the first episode of env 0."""
+    """Pays a NaN reward on this sub-environment's `nan_at`-th step (counted across
+    episodes); every sub-env has its own counter, so all hit it in the same iteration."""
 
     def __init__(self, env, nan_at: int):
         super().__init__(env)
@@ -96,8 +97,8 @@ def test_checkpoint_restores_identical_weights_and_keeps_training(ray_local, tmp
 
 
 def test_tune_finds_registered_algorithms(ray_local, tmp_path):
-    config = small(A2CConfig().environment("CartPole-v1"), batch=128)
-    for name in ("HCA", "A2C"):
+    for name, config in (("HCA", HCAConfig()), ("A2C", A2CConfig())):
+        config = small(config.environment("CartPole-v1"), batch=128)
         tuner = tune.Tuner(
             name,
             param_space=config,
@@ -119,15 +120,21 @@ def _train_until(algo, steps):
 
 def test_remote_env_runners_learn(ray_local):
     config = (
-        A2CConfig()
+        HCAConfig()
         .environment("CartPole-v1")
         .env_runners(num_env_runners=2, num_envs_per_env_runner=4, num_cpus_per_env_runner=0.5)
-        .training(train_batch_size_per_learner=512)
+        .training(credit="c2a2c", train_batch_size_per_learner=512)
         .debugging(seed=0)
     )
     algo = config.build_algo()
     try:
         assert algo.env_runner_group.num_remote_env_runners() == 2
+        # EnvRunners hold the policy only (InferenceOnlyAPI): no value or classifier.
+        keys = algo.env_runner_group.foreach_env_runner(
+            lambda runner: sorted(runner.module.state_dict()), local_env_runner=False
+        )
+        for runner_keys in keys:
+            assert runner_keys and all(k.startswith(("pi_torso.", "pi.")) for k in runner_keys), runner_keys
         result = _train_until(algo, 60_000)
         # A uniformly random CartPole policy averages about 22.
         assert result["env_runners"]["episode_return_mean"] > 100
@@ -202,3 +209,19 @@ def test_hindsight_head_approaches_exact_bandit_posterior(ray_local):
 def test_continuous_action_space_env_is_rejected_with_a_clear_error(ray_local):
     with pytest.raises(ValueError, match=r"HCA needs a Discrete action space .* got Box"):
         HCAConfig().environment("Pendulum-v1").build_algo()
+
+
+def test_plain_a2c_with_two_remote_learners(ray_local):
+    """A2C builds no classifier, so DDP finds no unused parameters."""
+    config = (
+        A2CConfig().environment("CartPole-v1")
+        .learners(num_learners=2, num_cpus_per_learner=0.5)
+        .env_runners(num_envs_per_env_runner=4).training(train_batch_size_per_learner=128)
+    )
+    algo = config.build_algo()
+    try:
+        for _ in range(3):
+            result = algo.train()
+        assert result["learners"]["__all_modules__"]["num_skipped_updates"] == 0
+    finally:
+        algo.stop()

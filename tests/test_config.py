@@ -93,7 +93,8 @@ VALID = [
     ("gamma_1", {"gamma": 1.0}),
     ("lambda_0", {"lambda_": 0.0}),
     ("lambda_1", {"lambda_": 1.0}),
-    ("coeffs_0", {"vf_loss_coeff": 0.0, "entropy_coeff": 0.0, "hindsight_loss_coeff": 0.0}),
+    ("coeffs_0", {"vf_loss_coeff": 0.0, "entropy_coeff": 0.0}),
+    ("hindsight_coeff_0_with_extra_passes", {"hindsight_loss_coeff": 0.0, "hindsight_epochs": 1}),
     ("hca_ratio_clip_1", {"hca_ratio_clip": 1.0}),
     ("mix_eta_edges", {"mix_eta": 0.0}),
     ("reliability_z_none", {"reliability_z": None}),
@@ -174,8 +175,8 @@ def test_default_hindsight_not_shared_between_configs():
     """Mutating one config's hindsight options in place must not leak into other
     configs or into the module defaults, nested lists included.
 
-    Known bug: `HCAConfig.__init__` copies `hindsight` with `dict(value)`, a shallow
-    copy, so `hiddens` and `bins_range` are the very lists of `HINDSIGHT_DEFAULTS`.
+    (Regression: a shallow copy once shared `hiddens` and `bins_range` with
+    `HINDSIGHT_DEFAULTS`.)
     """
     a, b = HCAConfig(), HCAConfig()
     assert a.hindsight is not b.hindsight
@@ -292,19 +293,25 @@ def test_hindsight_options_reach_the_module():
     module = config.get_rl_module_spec(env=gymnasium.make("CartPole-v1")).build()
     assert module.hindsight_torso is not None
     assert module.return_encoder.encoding == "bins" and module.return_encoder.output_dim == 5
-    assert module.config_["fcnet_hiddens"] == [64, 64]
+    assert module.resolved_model_config["fcnet_hiddens"] == [64, 64]
 
 
 def test_partial_hindsight_dict_merges_in_update_from_dict():
     """A legacy dict (Tune's `param_space`, `Algorithm(config={...})`) goes through
     `update_from_dict`; a partial `hindsight` there must merge like `.training()` does.
 
-    Known bug: `AlgorithmConfig.update_from_dict` falls back to `setattr` for
-    `hindsight`, so `{"hindsight": {"torso": "separate"}}` *replaces* the whole dict
-    and `validate()` then fails with "hindsight.parameterization ... got None".
+    (Regression: RLlib's `update_from_dict` alone would `setattr` the partial dict,
+    replacing the defaults.)
     """
     config = HCAConfig.from_dict({"env": "CartPole-v1", "hindsight": {"torso": "separate"}})
     assert config.hindsight == {**HINDSIGHT_DEFAULTS, "torso": "separate"}
     config.validate()
     with pytest.raises(ValueError, match=r"hindsight: unknown option"):
         HCAConfig().update_from_dict({"hindsight": {"bogus": 1}})
+
+
+@pytest.mark.parametrize("credit", ["hca", "c2a2c", "mix"])
+def test_credit_mode_without_a_trained_classifier_is_rejected(credit):
+    config = HCAConfig().environment("CartPole-v1").training(credit=credit, hindsight_loss_coeff=0.0)
+    with pytest.raises(ValueError, match=rf"credit='{credit}' needs a trained classifier: hindsight_loss_coeff must be > 0"):
+        config.validate()

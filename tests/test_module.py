@@ -434,3 +434,24 @@ def test_small_image_without_conv_filters_is_a_clear_error():
         model_config={"conv_filters": [[16, 3, 1, "valid"]]},
     )
     assert module.pi_torso.output_dim == 512
+
+
+def test_plain_a2c_builds_no_classifier():
+    module = HCATorchRLModule(
+        observation_space=gymnasium.spaces.Box(-1, 1, (4,), np.float32),
+        action_space=gymnasium.spaces.Discrete(2), inference_only=False,
+        model_config={"uses_hindsight": False},
+    )
+    assert module.hindsight is None and module.return_encoder is None
+    assert not any(k.startswith(("hindsight", "return_encoder")) for k in module.state_dict())
+    out = module.forward_train({"obs": torch.zeros(3, 4), "returns": torch.zeros(3)})
+    assert HINDSIGHT_LOGITS not in out
+
+
+def test_hindsight_options_from_model_config_are_validated():
+    with pytest.raises(ValueError, match=r"hindsight.torso must be one of"):
+        HCATorchRLModule(
+            observation_space=gymnasium.spaces.Box(-1, 1, (4,), np.float32),
+            action_space=gymnasium.spaces.Discrete(2), inference_only=False,
+            model_config={"hindsight": {"torso": "bogus"}},
+        )
