@@ -13,6 +13,16 @@ from hca_rllib import A2CConfig, HCAConfig
 CREDIT_MODES = ("hca", "c2a2c", "mix")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """Seeded runs repeat exactly only with one intra-op thread (multi-threaded CPU
+    kernels may sum in a different order), so the margins below are reproducible."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 class FullEpisodeReturns(RLlibCallback):
     """Full-episode returns (RLlib hands `on_episode_end` only the last chunk)."""
 
@@ -74,8 +84,10 @@ def test_credit_mode_does_not_collapse_on_cartpole(ray_local, credit):
     assert score >= 0.8 * cartpole_a2c_score(), (credit, score, cartpole_a2c_score())
 
 
-DELAY = dict(length=10, noise_std=1.0)
-DELAY_STEPS = 40_000
+# The noisy delayed effect of `benchmarks/credit_modes.py` (`delayed_effect_noisy`):
+# +-1 decided by the first action, then 20 steps of N(0, 2^2) noise (sd 8.9 in all).
+DELAY = dict(length=20, noise_std=2.0)
+DELAY_STEPS = 60_000
 DELAY_SEEDS = (0, 1, 2)
 
 
@@ -88,22 +100,33 @@ def good_first_action_probability(module) -> float:
 _delayed = {}
 
 
-def delayed_effect_probabilities(credit):
-    if credit not in _delayed:
-        _delayed[credit] = [
-            good_first_action_probability(
-                train(config_for(credit, "HCA/DelayedEffect-v0", seed, **DELAY), DELAY_STEPS)[1]
-            )
-            for seed in DELAY_SEEDS
-        ]
-    return _delayed[credit]
+def delayed_effect_probabilities(method):
+    if method not in _delayed:
+        credit, overrides = METHODS[method]
+        probabilities = []
+        for seed in DELAY_SEEDS:
+            config = config_for(credit, "HCA/DelayedEffect-v0", seed, **DELAY).training(**overrides)
+            probabilities.append(good_first_action_probability(train(config, DELAY_STEPS)[1]))
+        _delayed[method] = probabilities
+    return _delayed[method]
 
 
-@pytest.mark.parametrize("credit", CREDIT_MODES)
-def test_credit_modes_find_the_delayed_effect_as_reliably_as_a2c(ray_local, credit):
+# A2C here trains the classifier too (for its diagnostics only; it never touches the
+# policy), so that all methods share one random-number path and each seed is a paired
+# comparison: with the local EnvRunner and learner in one process, building different
+# networks shifts the action sampling, and that alone moves pi(good) by about 0.1 here.
+METHODS = {
+    "a2c": ("a2c", {"hindsight_loss_coeff": 1.0}),
+    "hca": ("hca", {}),
+    "c2a2c": ("c2a2c", {}),
+    "mix": ("mix", {}),
+}
+
+
+@pytest.mark.parametrize("method", ["hca", "c2a2c", "mix"])
+def test_credit_modes_find_the_delayed_effect_as_reliably_as_a2c(ray_local, method):
     a2c = delayed_effect_probabilities("a2c")
-    ours = delayed_effect_probabilities(credit)
-    print(f"delayed effect pi(good first action): {credit} {np.round(ours, 3)}, A2C {np.round(a2c, 3)}")
-    # Margin 0.05: the modes must not be worse than A2C on average, across three seeds.
-    assert np.mean(ours) >= np.mean(a2c) - 0.05, (credit, ours, a2c)
-    assert min(ours) > 0.5, (credit, ours)
+    ours = delayed_effect_probabilities(method)
+    print(f"delayed effect pi(good first action): {method} {np.round(ours, 3)}, A2C {np.round(a2c, 3)}")
+    # Not worse than A2C by more than 0.05 on average over three seeds.
+    assert np.mean(ours) >= np.mean(a2c) - 0.05, (method, ours, a2c)
