@@ -31,6 +31,19 @@ def _unwrapped(module):
     return module.unwrapped() if hasattr(module, "unwrapped") else module
 
 
+def _num_learners() -> int:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_world_size()
+    return 1
+
+
+def _sum_over_learners(values: torch.Tensor) -> torch.Tensor:
+    """Sum over the learner ranks (DDP's process group)."""
+    values = values.clone()
+    torch.distributed.all_reduce(values)
+    return values
+
+
 class ComputeCreditAdvantages(ConnectorV2):
     """Adds `returns`, `value_targets` and `advantages` of the configured credit mode."""
 
@@ -82,9 +95,21 @@ class ComputeCreditAdvantages(ConnectorV2):
         if config.uses_hindsight:
             # A non-finite return must not poison the running statistics (returns,
             # reliability); the Learner skips the update that this batch would make.
-            finite = bool(torch.isfinite(returns[mask]).all() and torch.isfinite(values[mask]).all())
-            if finite:
-                module.update_return_statistics(returns[mask])
+            # With several learners each sees a shard: the statistics are summed over
+            # ranks, and a non-finite shard anywhere stops the update everywhere.
+            real = returns[mask].double()
+            finite = bool(torch.isfinite(real).all() and torch.isfinite(values[mask]).all())
+            if _num_learners() > 1:
+                sums = _sum_over_learners(
+                    torch.stack([real.new_tensor(real.numel()), real.sum(), (real * real).sum(),
+                                 real.new_tensor(float(finite)), real.new_tensor(1.0)])
+                    if finite else real.new_tensor([0.0, 0.0, 0.0, 0.0, 1.0])
+                )
+                finite = bool(sums[3] == sums[4])
+                if finite:
+                    module.return_encoder.update_from_sums(sums[0], sums[1], sums[2])
+            elif finite:
+                module.update_return_statistics(real)
             actions = b[Columns.ACTIONS].long().unsqueeze(-1)
             log_pi_all = torch.log_softmax(policy_logits, dim=-1)
             hindsight_logits = module._hindsight_logits(obs, policy_latent, policy_logits, returns)
@@ -98,6 +123,14 @@ class ComputeCreditAdvantages(ConnectorV2):
                 batch_reliability = credit.classifier_reliability(
                     pointwise_information, mask, config.reliability_z, config.reliability_information
                 )
+                if _num_learners() > 1:
+                    shared = _sum_over_learners(torch.stack([
+                        batch_reliability.double() if finite else batch_reliability.new_zeros((), dtype=torch.float64),
+                        torch.tensor(float(finite), dtype=torch.float64, device=batch_reliability.device),
+                        torch.tensor(1.0, dtype=torch.float64, device=batch_reliability.device),
+                    ]))
+                    finite = bool(shared[1] == shared[2])
+                    batch_reliability = (shared[0] / shared[2]).float()
                 reliability = (
                     module.update_reliability(batch_reliability, config.reliability_decay)
                     if finite

@@ -139,19 +139,29 @@ class ReturnEncoder(nn.Module):
 
     @torch.no_grad()
     def update(self, returns: torch.Tensor) -> None:
-        """Chan et al.'s parallel merge of batch moments into the running moments."""
         z = returns.detach().to(torch.float64).flatten()
-        n = z.numel()
+        if z.numel() == 0:
+            return
+        batch_mean = z.mean()
+        self._merge(z.numel(), float(batch_mean), float(((z - batch_mean) ** 2).sum()))
+
+    def _merge(self, n: float, batch_mean: float, batch_m2: float) -> None:
+        """Chan et al.'s parallel merge of batch moments into the running moments."""
+        count, mean, m2 = float(self.count), float(self.mean), float(self.m2)
+        merged = count + n
+        delta = batch_mean - mean
+        self.mean.fill_(mean + delta * n / merged)
+        self.m2.fill_(m2 + batch_m2 + delta**2 * count * n / merged)
+        self.count.fill_(merged)
+
+    @torch.no_grad()
+    def update_from_sums(self, n, total, total_of_squares) -> None:
+        """The same from (count, sum, sum of squares), e.g. summed over learner ranks."""
+        n = float(n)
         if n == 0:
             return
-        count, mean, m2 = self.count.double(), self.mean.double(), self.m2.double()
-        batch_mean = z.mean()
-        batch_m2 = ((z - batch_mean) ** 2).sum()
-        total = count + n
-        delta = batch_mean - mean
-        self.mean.copy_(mean + delta * n / total)
-        self.m2.copy_(m2 + batch_m2 + delta**2 * count * n / total)
-        self.count.copy_(total)
+        batch_mean = float(total) / n
+        self._merge(n, batch_mean, max(float(total_of_squares) - n * batch_mean**2, 0.0))
 
     def forward(self, returns: torch.Tensor) -> torch.Tensor:
         z = returns.float()

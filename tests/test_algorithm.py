@@ -157,11 +157,17 @@ def test_remote_learners_learn(ray_local):
         assert result["env_runners"]["episode_return_mean"] > 100
         # DDP keeps the two learners' weights identical.
         states = algo.learner_group.foreach_learner(
-            lambda learner: {k: v.detach().cpu().numpy() for k, v in learner.module["default_policy"].state_dict().items()}
+            lambda learner: {k: v.detach().cpu().numpy() for k, v in learner.module["default_policy"].unwrapped().state_dict().items()}
         )
         first, second = [s.get() if hasattr(s, "get") else s for s in states]
         for key in first:
             np.testing.assert_array_equal(first[key], second[key], err_msg=key)
+        # The running return statistics are summed over both learners' shards: they
+        # counted every real step trained on, not just rank 0's half.
+        # (Rank 0 alone would have counted about half.)
+        sampled = result["num_env_steps_sampled_lifetime"]
+        assert abs(float(first["return_encoder.count"]) - sampled) <= 0.01 * sampled, (
+            float(first["return_encoder.count"]), sampled)
     finally:
         algo.stop()
 
