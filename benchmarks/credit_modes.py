@@ -122,6 +122,16 @@ METHODS: Dict[str, Dict[str, Any]] = {
     "c2a2c_pure": {"credit": "c2a2c", "reliability_z": None},
 }
 
+def _delayed_effect_task(length: int, noise_std: float, noise_note: str) -> Dict[str, Any]:
+    return {
+        "env_id": "HCA/DelayedEffect-v0", "env_config": {"length": length, "noise_std": noise_std},
+        "steps": 60_000, "last_k": 100,
+        "probe": {"obs": [1.0, 0.0], "good_action": 0,
+                  "what": "pi(good first action 0 | start obs [1, 0])"},
+        "reference": f"optimal +1, uniform policy 0 (per-episode noise sd {noise_note})",
+    }
+
+
 # Task name -> env id, env_config, budget, final-score window, optional probe of the
 # policy at the start state (observation, optimal action), reference returns.
 TASKS: Dict[str, Dict[str, Any]] = {
@@ -130,20 +140,8 @@ TASKS: Dict[str, Dict[str, Any]] = {
         "probe": {"obs": [1.0], "good_action": 0, "what": "pi(a), a = action 0 (Q 1.9 vs 1.1)"},
         "reference": "optimal 1.9 (always a), uniform policy 1.5",
     },
-    "delayed_effect": {
-        "env_id": "HCA/DelayedEffect-v0", "env_config": {"length": 10, "noise_std": 1.0},
-        "steps": 60_000, "last_k": 100,
-        "probe": {"obs": [1.0, 0.0], "good_action": 0,
-                  "what": "pi(good first action 0 | start obs [1, 0])"},
-        "reference": "optimal +1, uniform policy 0 (per-episode noise sd sqrt(10) = 3.2)",
-    },
-    "delayed_effect_noisy": {
-        "env_id": "HCA/DelayedEffect-v0", "env_config": {"length": 20, "noise_std": 2.0},
-        "steps": 60_000, "last_k": 100,
-        "probe": {"obs": [1.0, 0.0], "good_action": 0,
-                  "what": "pi(good first action 0 | start obs [1, 0])"},
-        "reference": "optimal +1, uniform policy 0 (per-episode noise sd 2 sqrt(20) = 8.9)",
-    },
+    "delayed_effect": _delayed_effect_task(length=10, noise_std=1.0, noise_note="sqrt(10) = 3.2"),
+    "delayed_effect_noisy": _delayed_effect_task(length=20, noise_std=2.0, noise_note="2 sqrt(20) = 8.9"),
     "shortcut": {
         "env_id": "HCA/Shortcut-v0", "env_config": {"length": 8, "slip_prob": 0.1},
         "steps": 30_000, "last_k": 100,

@@ -27,10 +27,6 @@ from hca_rllib import credit
 from hca_rllib.module import RETURNS
 
 
-def _unwrapped(module):
-    return module.unwrapped() if hasattr(module, "unwrapped") else module
-
-
 def _num_learners() -> int:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return torch.distributed.get_world_size()
@@ -62,7 +58,7 @@ class ComputeCreditAdvantages(ConnectorV2):
         **kwargs,
     ):
         for module_id, module_batch in batch.items():
-            module = _unwrapped(rl_module[module_id])
+            module = rl_module[module_id].unwrapped()
             diagnostics = self._add_credit(module, module_batch)
             if metrics is not None:
                 for key, value in diagnostics.items():
@@ -93,23 +89,7 @@ class ComputeCreditAdvantages(ConnectorV2):
         advantages = gae
 
         if config.uses_hindsight:
-            # A non-finite return must not poison the running statistics (returns,
-            # reliability); the Learner skips the update that this batch would make.
-            # With several learners each sees a shard: the statistics are summed over
-            # ranks, and a non-finite shard anywhere stops the update everywhere.
-            real = returns[mask].double()
-            finite = bool(torch.isfinite(real).all() and torch.isfinite(values[mask]).all())
-            if _num_learners() > 1:
-                sums = _sum_over_learners(
-                    torch.stack([real.new_tensor(real.numel()), real.sum(), (real * real).sum(),
-                                 real.new_tensor(float(finite)), real.new_tensor(1.0)])
-                    if finite else real.new_tensor([0.0, 0.0, 0.0, 0.0, 1.0])
-                )
-                finite = bool(sums[3] == sums[4])
-                if finite:
-                    module.return_encoder.update_from_sums(sums[0], sums[1], sums[2])
-            elif finite:
-                module.update_return_statistics(real)
+            finite = self._update_return_statistics(module, returns[mask], values[mask])
             actions = b[Columns.ACTIONS].long().unsqueeze(-1)
             log_pi_all = torch.log_softmax(policy_logits, dim=-1)
             hindsight_logits = module._hindsight_logits(obs, policy_latent, policy_logits, returns)
@@ -123,19 +103,7 @@ class ComputeCreditAdvantages(ConnectorV2):
                 batch_reliability = credit.classifier_reliability(
                     pointwise_information, mask, config.reliability_z, config.reliability_information
                 )
-                if _num_learners() > 1:
-                    shared = _sum_over_learners(torch.stack([
-                        batch_reliability.double() if finite else batch_reliability.new_zeros((), dtype=torch.float64),
-                        torch.tensor(float(finite), dtype=torch.float64, device=batch_reliability.device),
-                        torch.tensor(1.0, dtype=torch.float64, device=batch_reliability.device),
-                    ]))
-                    finite = bool(shared[1] == shared[2])
-                    batch_reliability = (shared[0] / shared[2]).float()
-                reliability = (
-                    module.update_reliability(batch_reliability, config.reliability_decay)
-                    if finite
-                    else module.reliability.clone()
-                )
+                reliability = self._update_reliability(module, batch_reliability, finite)
             parts = credit.credit_advantage(
                 config.credit,
                 gae=gae,
@@ -156,7 +124,7 @@ class ComputeCreditAdvantages(ConnectorV2):
             b[RETURNS] = returns
             diagnostics.update(
                 self._diagnostics(
-                    parts, gae, pointwise_information, policy_logits,
+                    parts, gae, log_pi, log_q, policy_logits,
                     hindsight_logits, b[Columns.ACTIONS], mask, reliability,
                 )
             )
@@ -168,20 +136,59 @@ class ComputeCreditAdvantages(ConnectorV2):
         b[Postprocessing.VALUE_TARGETS] = value_targets
         return diagnostics
 
+    @staticmethod
+    def _update_return_statistics(module, real_returns, real_values) -> bool:
+        """Merge this batch's returns into the running statistics; False (and no update)
+        if anything is non-finite. A non-finite batch must not poison the statistics;
+        the Learner skips the update it would make. With several learners each sees a
+        shard: the moments are summed over ranks, and a non-finite shard anywhere stops
+        the update everywhere."""
+        real = real_returns.double()
+        finite = bool(torch.isfinite(real).all() and torch.isfinite(real_values).all())
+        if _num_learners() == 1:
+            if finite:
+                module.update_return_statistics(real)
+            return finite
+        sums = _sum_over_learners(
+            torch.stack([real.new_tensor(real.numel()), real.sum(), (real * real).sum(),
+                         real.new_tensor(float(finite)), real.new_tensor(1.0)])
+            if finite else real.new_tensor([0.0, 0.0, 0.0, 0.0, 1.0])
+        )
+        finite = bool(sums[3] == sums[4])
+        if finite:
+            module.return_encoder.update_from_sums(sums[0], sums[1], sums[2])
+        return finite
+
+    def _update_reliability(self, module, batch_reliability, finite: bool):
+        """Fold this batch's trust into the moving average (averaged over learner ranks);
+        a non-finite batch on any rank leaves it unchanged. Returns the trust to use."""
+        if _num_learners() > 1:
+            as_double = dict(dtype=torch.float64, device=batch_reliability.device)
+            shared = _sum_over_learners(torch.stack([
+                batch_reliability.double() if finite else torch.zeros((), **as_double),
+                torch.tensor(float(finite), **as_double),
+                torch.tensor(1.0, **as_double),
+            ]))
+            finite = bool(shared[1] == shared[2])
+            batch_reliability = (shared[0] / shared[2]).float()
+        if not finite:
+            return module.reliability.clone()
+        return module.update_reliability(batch_reliability, self.config.reliability_decay)
+
     def _diagnostics(
-        self, parts, gae, pointwise_information, policy_logits,
+        self, parts, gae, log_pi, log_q, policy_logits,
         hindsight_logits, actions, mask, reliability,
     ) -> Dict[str, Any]:
         """Method note, section 4, measured on this (held-out) batch."""
-        ratio = torch.exp(-pointwise_information)  # pi / q
         # The credit estimator itself (before any blending toward A2C) against GAE.
         estimator = parts.get("hca_advantages", parts.get("raw_gate", 1.0) * gae)
         out = {
-            "info/mutual_information": pointwise_information[mask].mean(),
+            "info/mutual_information": credit.mutual_information(log_q, log_pi, mask),
             "hindsight/accuracy": credit.argmax_accuracy(hindsight_logits, actions, mask),
             "policy/accuracy": credit.argmax_accuracy(policy_logits, actions, mask),
             "hca/advantage_correlation": credit.correlation(estimator, gae, mask),
         }
+        ratio = credit.hindsight_ratio(log_pi, log_q)
         for key, value in credit.ratio_statistics(ratio, self.config.hca_ratio_clip, mask).items():
             out[f"hca/{key}"] = value
         if "raw_gate" in parts:
