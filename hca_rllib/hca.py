@@ -23,7 +23,13 @@ from ray.rllib.utils.metrics import (
     TIMERS,
 )
 
+from ray.rllib.connectors.env_to_module.frame_stacking import FrameStackingEnvToModule
+from ray.rllib.connectors.learner.frame_stacking import FrameStackingLearner
+from ray.rllib.utils import force_list
+
+from hca_rllib.callbacks import GameScoreCallback
 from hca_rllib.credit import CREDIT_MODES
+from hca_rllib.envs.resolver import EnvResolutionError, env_family, resolve_env
 from hca_rllib.module import HINDSIGHT_CHOICES, HINDSIGHT_DEFAULTS
 
 OPTIMIZERS = ("rmsprop", "adam")
@@ -101,6 +107,51 @@ class HCAConfig(AlgorithmConfig):
         self.num_env_runners = 0
         for key, value in HCA_TRAINING_DEFAULTS.items():
             setattr(self, key, copy.deepcopy(value))
+        # Frames stacked by RLlib's frame-stacking connectors (episodes keep each frame
+        # once); None: the environment family's default (4 for Atari, 1 otherwise).
+        self.frame_stack = None
+        # Logs the full-game, unclipped score (`env_runners/game_return_mean`).
+        self.callbacks_class = [GameScoreCallback]
+
+    @override(AlgorithmConfig)
+    def environment(self, env=NotProvided, *, frame_stack=NotProvided, **kwargs) -> "HCAConfig":
+        """RLlib's environment settings; `env` is any id `hca_rllib.envs.resolve_env`
+        accepts (atari/Pong, minatar/Breakout, bsuite/umbrella_length-3, ...).
+        `frame_stack`: frames to stack (None: the family default, 4 for Atari)."""
+        super().environment(env, **kwargs)
+        if frame_stack is not NotProvided:
+            self.frame_stack = frame_stack
+        return self
+
+    @override(AlgorithmConfig)
+    def callbacks(self, callbacks_class=NotProvided, **kwargs) -> "HCAConfig":
+        """RLlib's callbacks; the game-score callback stays in front of the user's."""
+        if callbacks_class is not NotProvided:
+            user = [c for c in force_list(callbacks_class) if c is not GameScoreCallback]
+            callbacks_class = [GameScoreCallback] + user
+        super().callbacks(callbacks_class, **kwargs)
+        return self
+
+    @property
+    def resolved_frame_stack(self) -> int:
+        """Frames stacked for the RLModule: `frame_stack`, or the env family's default."""
+        if self.frame_stack is not None:
+            return int(self.frame_stack)
+        return env_family(self.env).frame_stack
+
+    @override(AlgorithmConfig)
+    def build_env_to_module_connector(self, env=None, spaces=None, device=None):
+        pipeline = super().build_env_to_module_connector(env=env, spaces=spaces, device=device)
+        if self.resolved_frame_stack > 1:
+            pipeline.prepend(FrameStackingEnvToModule(num_frames=self.resolved_frame_stack))
+        return pipeline
+
+    @override(AlgorithmConfig)
+    def build_learner_connector(self, input_observation_space, input_action_space, device=None):
+        pipeline = super().build_learner_connector(input_observation_space, input_action_space, device)
+        if self.resolved_frame_stack > 1:
+            pipeline.prepend(FrameStackingLearner(num_frames=self.resolved_frame_stack))
+        return pipeline
 
     @override(AlgorithmConfig)
     def training(self, *, lambda_=NotProvided, **kwargs) -> "HCAConfig":
@@ -155,7 +206,7 @@ class HCAConfig(AlgorithmConfig):
     @property
     @override(AlgorithmConfig)
     def _model_config_auto_includes(self) -> Dict[str, Any]:
-        return super()._model_config_auto_includes | {
+        return super()._model_config_auto_includes | copy.deepcopy(env_family(self.env).model_config) | {
             "hindsight": copy.deepcopy(self.hindsight),
             "uses_hindsight": self.uses_hindsight,
         }
@@ -164,6 +215,23 @@ class HCAConfig(AlgorithmConfig):
     def validate(self) -> None:
         super().validate()
         self._validate_hca()
+        self._validate_env()
+
+    def _validate_env(self) -> None:
+        """Check the environment before any worker starts (unknown id, missing extra,
+        action space, network for its observations) and size the episode lookback that
+        frame stacking needs."""
+        if self.env is None:
+            return  # RLlib allows configs without an env (e.g. offline, or set later)
+        try:
+            resolve_env(self.env, self.env_config, frame_stack=self.frame_stack,
+                        model_config=self._model_config)
+        except EnvResolutionError as error:
+            self._value_error(str(error))
+        # A stack at the start of a fragment reaches back frame_stack - 1 steps into the
+        # previous fragment: keep them in the episode's lookback buffer.
+        if self.resolved_frame_stack - 1 > self.episode_lookback_horizon:
+            self.episode_lookback_horizon = self.resolved_frame_stack - 1
 
     def _validate_hca(self) -> None:
         def fail(message: str) -> None:

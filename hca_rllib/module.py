@@ -71,7 +71,8 @@ def default_model_config(observation_space: gym.Space, user_config: Dict[str, An
                 f"images of at least 36x36; set model_config['conv_filters'] for smaller "
                 f"images (or flatten them)"
             )
-        config.update(conv_filters=NATURE_CNN_FILTERS, vf_share_layers=True)
+        config.update(conv_filters=NATURE_CNN_FILTERS, conv_dense_hiddens=[NATURE_CNN_DENSE],
+                      vf_share_layers=True)
     else:
         config.update(fcnet_hiddens=[64, 64], fcnet_activation="tanh", vf_share_layers=False)
     return config
@@ -98,8 +99,12 @@ class Torso(nn.Module):
         width = encoder_config.output_dims[0]
         self.post = nn.Identity()
         if is_image_space(observation_space):
-            self.post = nn.Sequential(nn.Linear(width, NATURE_CNN_DENSE), nn.ReLU())
-            width = NATURE_CNN_DENSE
+            # Dense layers after the convolutions (Nature CNN: one of 512 units).
+            layers: List[nn.Module] = []
+            for hidden in model_config.get("conv_dense_hiddens", [NATURE_CNN_DENSE]):
+                layers += [nn.Linear(width, hidden), nn.ReLU()]
+                width = hidden
+            self.post = nn.Sequential(*layers)
         self.output_dim = width
         if model_config.get("fcnet_kernel_initializer") is None:
             _orthogonal_init(self, math.sqrt(2))

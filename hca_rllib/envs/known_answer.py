@@ -9,6 +9,8 @@ values instead of against intuition:
   nothing and only add noise.
 - ``Shortcut``: a chain where jumping to the end is optimal; walking sometimes slips to
   the end by chance.
+- ``KeyToDoor``: a key picked up at the start opens a door at the end; noisy apple
+  rewards in between act as distractors.
 - ``DelayedRewardWrapper``: pays any environment's rewards as one lump sum at the end.
 
 All environments follow the gymnasium 1.x API, have ``Discrete`` actions and
@@ -34,6 +36,8 @@ __all__ = [
     "AmbiguousBandit",
     "DelayedEffect",
     "Shortcut",
+    "KeyToDoor",
+    "key_to_door_values",
     "DelayedRewardWrapper",
     "make_delayed_reward",
     "bandit_q_values",
@@ -358,6 +362,118 @@ class DelayedEffect(_KnownAnswerEnv):
         return self._observation(), reward, terminated, False, self._info()
 
 
+class KeyToDoor(_KnownAnswerEnv):
+    """A key picked up early opens a door at the end; noisy apples in between.
+
+    Three phases (after Hung et al. 2019 and Arumugam et al. 2021):
+
+    1. Key room, one step: action ``PICK`` (1) takes the key, ``WAIT`` (0) does not.
+       Reward 0.
+    2. Apple room, ``distractor_length`` steps: each step an apple is present with
+       probability ``apple_prob`` (visible in the observation); ``PICK`` collects it for
+       ``N(apple_reward, apple_noise_std^2)``, ``WAIT`` leaves it.
+    3. Door, one step: reward ``door_reward`` if the key is held, else 0; the episode
+       terminates.
+
+    An episode is ``distractor_length + 2`` steps. Observation: ``[in_key_room,
+    in_apple_room, at_door, apple_present]``. It hides whether the key is held (as the
+    memoryless agent would forget it), so no state value can carry the key's effect
+    forward: only the return links the key to the door. The apple rewards are real but
+    unrelated to the key: they are the distractor that makes the key's credit hard (they
+    add variance to the return, so the key's information ``I(A; Z | S)`` shrinks).
+    ``info["has_key"]`` says whether the key is held.
+    :func:`key_to_door_values` gives the exact values.
+    """
+
+    WAIT = 0
+    PICK = 1
+
+    def __init__(
+        self,
+        distractor_length: int = 10,
+        apple_prob: float = 0.3,
+        apple_reward: float = 1.0,
+        apple_noise_std: float = 0.0,
+        door_reward: float = 5.0,
+    ) -> None:
+        _require_int_at_least("distractor_length", distractor_length, 0)
+        _require_probability("apple_prob", apple_prob)
+        _require_finite("apple_reward", apple_reward)
+        _require_non_negative("apple_noise_std", apple_noise_std)
+        _require_finite("apple_noise_std", apple_noise_std)
+        _require_finite("door_reward", door_reward)
+        super().__init__()
+        self.distractor_length = int(distractor_length)
+        self.apple_prob = float(apple_prob)
+        self.apple_reward = float(apple_reward)
+        self.apple_noise_std = float(apple_noise_std)
+        self.door_reward = float(door_reward)
+        self.action_space = spaces.Discrete(2)
+        self.observation_space = spaces.Box(0.0, 1.0, shape=(4,), dtype=np.float32)
+        self._t = 0
+        self._has_key = False
+        self._apple = False
+
+    def _observation(self) -> np.ndarray:
+        phase = 0 if self._t == 0 else (1 if self._t <= self.distractor_length else 2)
+        obs = np.zeros(4, dtype=np.float32)
+        obs[phase] = 1.0
+        obs[3] = float(self._apple)
+        return obs
+
+    def _next_room(self) -> None:
+        self._t += 1
+        in_apple_room = 1 <= self._t <= self.distractor_length
+        self._apple = bool(in_apple_room and self.np_random.random() < self.apple_prob)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        self._start_episode(seed)
+        self._t, self._has_key, self._apple = 0, False, False
+        return self._observation(), {}
+
+    def step(self, action):
+        action = self._check_step(action)
+        reward, terminated = 0.0, False
+        if self._t == 0:
+            self._has_key = action == self.PICK
+        elif self._t <= self.distractor_length:
+            if self._apple and action == self.PICK:
+                reward = float(self.np_random.normal(self.apple_reward, self.apple_noise_std))
+        else:
+            reward = self.door_reward if self._has_key else 0.0
+            terminated = True
+            self._episode_over = True
+        if not terminated:
+            self._next_room()
+        return self._observation(), reward, terminated, False, {"has_key": self._has_key}
+
+
+def key_to_door_values(
+    distractor_length: int = 10,
+    apple_prob: float = 0.3,
+    apple_reward: float = 1.0,
+    door_reward: float = 5.0,
+    p_pick_key: float = 0.5,
+    p_pick_apple: float = 1.0,
+) -> dict:
+    """Exact values of :class:`KeyToDoor` for a policy that picks the key with
+    probability ``p_pick_key`` and a present apple with ``p_pick_apple``.
+
+    Returns ``q_key`` (Q of WAIT and PICK in the key room), ``advantage_key``,
+    ``value_start`` and ``optimal_return``.
+    """
+    apples = distractor_length * apple_prob * apple_reward
+    q_wait = p_pick_apple * apples
+    q_pick = q_wait + door_reward
+    value = p_pick_key * q_pick + (1.0 - p_pick_key) * q_wait
+    return {
+        "q_key": (q_wait, q_pick),
+        "advantage_key": (q_wait - value, q_pick - value),
+        "value_start": value,
+        "optimal_return": apples + max(door_reward, 0.0),
+    }
+
+
 class Shortcut(_KnownAnswerEnv):
     """A chain of ``length`` states; jumping to the end is optimal.
 
@@ -466,6 +582,10 @@ _REGISTRATIONS: dict[str, dict[str, Any]] = {
     },
     "HCA/DelayedEffect-v0": {
         "entry_point": "hca_rllib.envs.known_answer:DelayedEffect",
+        "max_episode_steps": KNOWN_ANSWER_MAX_EPISODE_STEPS,
+    },
+    "HCA/KeyToDoor-v0": {
+        "entry_point": "hca_rllib.envs.known_answer:KeyToDoor",
         "max_episode_steps": KNOWN_ANSWER_MAX_EPISODE_STEPS,
     },
     "HCA/Shortcut-v0": {
