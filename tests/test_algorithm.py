@@ -213,7 +213,7 @@ def test_hindsight_head_approaches_exact_bandit_posterior(ray_local):
 
 
 def test_continuous_action_space_env_is_rejected_with_a_clear_error(ray_local):
-    with pytest.raises(ValueError, match=r"HCA needs a Discrete action space .* got Box"):
+    with pytest.raises(ValueError, match=r"has action space Box.*HCA and A2C need a gymnasium.spaces.Discrete action space"):
         HCAConfig().environment("Pendulum-v1").build_algo()
 
 

@@ -375,6 +375,7 @@ def test_registration_is_idempotent_and_complete():
     assert set(KNOWN_ANSWER_ENV_IDS) == {
         "HCA/AmbiguousBandit-v0",
         "HCA/DelayedEffect-v0",
+        "HCA/KeyToDoor-v0",
         "HCA/Shortcut-v0",
         "HCA/DelayedReward-v0",
     }
