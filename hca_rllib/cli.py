@@ -1,8 +1,11 @@
-"""Command line: `hca-rllib train` (also `python -m hca_rllib train`).
+"""Command line: `hca-rllib train | evaluate | report` (also `python -m hca_rllib ...`).
 
-Trains on an embedded local Ray (loopback only, sized to this machine) unless
-`--address` or `RAY_ADDRESS` points at a cluster. Writes the resolved config and one
-JSON line per iteration into `--output`, and a checkpoint at the end.
+`train` runs on an embedded local Ray (loopback only, sized to this machine) unless
+`--address` or `RAY_ADDRESS` points at a cluster. It writes a run directory (see
+`hca_rllib.runner`): the resolved config, one JSON line per iteration, TensorBoard and
+W&B logs, and checkpoints that `--resume` continues from. `evaluate` plays a checkpoint;
+`report` turns run directories into learning curves, tables and a Markdown page.
+Bad arguments exit with status 2 and a one-line message.
 """
 
 from __future__ import annotations
@@ -11,8 +14,8 @@ import argparse
 import ast
 import json
 import os
+import shlex
 import sys
-import time
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -69,106 +72,141 @@ def build_config(args: argparse.Namespace):
     return config
 
 
-def _check_env(env_id: str) -> None:
-    import gymnasium as gym
-
-    import hca_rllib  # noqa: F401  (registers the known-answer environments)
-
-    if ":" in env_id:
-        return  # gymnasium's "module:EnvName-v0" form imports the module itself
-    if env_id not in gym.envs.registry:
-        import difflib
-
-        close = difflib.get_close_matches(env_id, list(gym.envs.registry), n=3)
-        hint = f"; did you mean {close}?" if close else ""
-        raise UsageError(f"unknown environment id {env_id!r}{hint}")
-
-
-def _init_ray(address: str | None) -> None:
-    import ray
-
-    address = address or os.environ.get("RAY_ADDRESS")
-    if address:
-        ray.init(address=address)
-    else:
-        ray.init(
-            address="local",
-            num_cpus=os.cpu_count() or 1,
-            include_dashboard=False,
-            object_store_memory=300 * 2**20,
-            log_to_driver=False,
-        )
+TRAIN_ARGS = ("algo", "credit", "env", "seed", "num_env_runners", "num_envs_per_env_runner", "set")
 
 
 def train(args: argparse.Namespace) -> int:
-    _check_env(args.env)
-    config = build_config(args)
+    from hca_rllib.runner import run_training
+
     output = Path(args.output)
-    output.mkdir(parents=True, exist_ok=True)
-    (output / "config.json").write_text(json.dumps(config.to_dict(), default=repr, indent=1))
-    _init_ray(args.address)
-    algo = config.build_algo()
-    start, steps = time.time(), 0
-    with open(output / "results.jsonl", "a") as results_file:
-        while steps < args.stop_timesteps:
-            result = algo.train()
-            steps = result["num_env_steps_sampled_lifetime"]
-            learner = result.get("learners", {}).get("default_policy", {})
-            line = {
-                "iteration": result["training_iteration"],
-                "env_steps": steps,
-                "episode_return_mean": result.get("env_runners", {}).get("episode_return_mean"),
-                "mutual_information": learner.get("info/mutual_information"),
-                "reliability": learner.get("credit/reliability"),
-                "policy_loss": learner.get("policy_loss"),
-                "vf_loss": learner.get("vf_loss"),
-                "entropy": learner.get("entropy"),
-                "time_s": time.time() - start,
-            }
-            results_file.write(json.dumps(line, default=float) + "\n")
-            results_file.flush()
-            rate = steps / max(time.time() - start, 1e-9)
-            left = max(args.stop_timesteps - steps, 0) / max(rate, 1e-9)
-            ret = line["episode_return_mean"]
-            mi = line["mutual_information"]
-            print(
-                f"steps {steps:>9,}  {rate:7.0f} steps/s  return "
-                f"{'   n/a' if ret is None else f'{ret:6.1f}'}  MI "
-                f"{'   n/a' if mi is None else f'{mi:+.4f}'} nats  left {left:5.0f} s",
-                flush=True,
-            )
-    checkpoint = algo.save_to_path(str((output / "checkpoint").resolve()))
-    print(f"checkpoint: {checkpoint}")
-    algo.stop()
+    run_json = output / "run.json"
+    if args.resume:
+        if not run_json.exists():
+            raise UsageError(f"nothing to resume in {str(output)!r}: it has no run.json")
+        stored = json.loads(run_json.read_text())["args"]
+        for key in TRAIN_ARGS:  # the run's own settings; only the budget may change
+            setattr(args, key, stored[key])
+        if args.stop_timesteps is None:
+            args.stop_timesteps = stored["stop_timesteps"]
+    elif run_json.exists() and (output / "results.jsonl").exists():
+        raise UsageError(f"{str(output)!r} already holds a run: pass --resume to continue it, "
+                         f"or choose another --output")
+    if args.stop_timesteps is None:
+        args.stop_timesteps = 100_000
+    if args.stop_timesteps <= 0:
+        raise UsageError(f"--stop-timesteps must be > 0, got {args.stop_timesteps}")
+    if args.checkpoint_every < 0:
+        raise UsageError(f"--checkpoint-every must be >= 0, got {args.checkpoint_every}")
+    config = build_config(args)
+    stored_args = {key: getattr(args, key) for key in TRAIN_ARGS}
+    stored_args["stop_timesteps"] = args.stop_timesteps
+    run_info = {
+        "algo": args.algo,
+        "credit": config.credit,
+        "env": args.env,
+        "seed": args.seed,
+        "stop_timesteps": args.stop_timesteps,
+        "set": parse_overrides(args.set),
+        "command": shlex.join(["hca-rllib", *sys.argv[1:]]),
+        "args": stored_args,
+    }
+    last = run_training(
+        config, output, args.stop_timesteps, run_info=run_info, resume=args.resume,
+        checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints,
+        wandb=args.wandb, wandb_project=args.wandb_project, tensorboard=not args.no_tensorboard,
+        address=args.address,
+    )
+    print(f"done: {last['env_steps']:,} env steps, {last['iteration']} iterations; run in {output}")
     return 0
 
 
+def evaluate(args: argparse.Namespace) -> int:
+    from hca_rllib.evaluation import evaluate_checkpoint
+
+    summary = evaluate_checkpoint(
+        args.checkpoint, episodes=args.episodes, greedy=args.greedy, seed=args.seed,
+        video=args.video, output=args.output,
+    )
+    print(json.dumps({k: v for k, v in summary.items() if k != "returns"}, indent=1))
+    return 0
+
+
+def report(args: argparse.Namespace) -> int:
+    from hca_rllib.report import write_report
+
+    page = write_report([Path(p) for p in args.run_dirs], Path(args.output))
+    print(f"report: {page}")
+    return 0
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad argument is one line on stderr (no usage block), status 2."""
+
+    def error(self, message):
+        self.exit(2, f"hca-rllib: error: {message} (see {self.prog} --help)\n")
+
+
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hca-rllib", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog="hca-rllib", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
     t = commands.add_parser("train", help="train A2C or an HCA credit mode")
     t.add_argument("--algo", default="HCA", help="HCA or A2C")
     t.add_argument("--credit", default=None, help="a2c, hca, c2a2c or mix")
-    t.add_argument("--env", default="CartPole-v1", help="any gymnasium id, or HCA/<Task>-v0")
+    t.add_argument("--env", default="CartPole-v1",
+                   help="atari/<Game>, atari-machado/<Game>, minatar/<Game>, "
+                        "bsuite/<experiment>-<setting>, HCA/<Task>-v0, any gymnasium id or 'module:Env-v0'")
     t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--stop-timesteps", type=int, default=100_000)
+    t.add_argument("--stop-timesteps", type=int, default=None, help="env steps (default 100,000)")
     t.add_argument("--num-env-runners", type=int, default=0)
     t.add_argument("--num-envs-per-env-runner", type=int, default=8)
     t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="any config field, e.g. --set lr=3e-4 --set hca_ratio_clip=5")
-    t.add_argument("--output", default="runs/train", help="directory for results and checkpoint")
-    t.add_argument("--address", default=None, help="Ray cluster address (default: embedded local Ray)")
+    t.add_argument("--output", default="runs/train", help="run directory")
+    t.add_argument("--resume", action="store_true",
+                   help="continue the run in --output from its newest valid checkpoint")
+    t.add_argument("--checkpoint-every", type=int, default=10, metavar="N",
+                   help="checkpoint every N iterations (and at the end); 0: only at the end")
+    t.add_argument("--keep-checkpoints", type=int, default=3)
+    t.add_argument("--wandb", default="auto", choices=["auto", "online", "offline", "off"],
+                   help="auto: online if WANDB_API_KEY is set, else offline")
+    t.add_argument("--wandb-project", default="hca-rllib")
+    t.add_argument("--no-tensorboard", action="store_true")
+    t.add_argument("--address", default=None, help="Ray cluster address (default: RAY_ADDRESS or embedded Ray)")
+
+    e = commands.add_parser("evaluate", help="play a checkpoint and report its full-game return")
+    e.add_argument("checkpoint", help="a checkpoint directory, or a run directory (its newest valid checkpoint)")
+    e.add_argument("--episodes", type=int, default=10, help="games to play")
+    mode = e.add_mutually_exclusive_group()
+    mode.add_argument("--greedy", action="store_true", help="take the most likely action")
+    mode.add_argument("--stochastic", action="store_true", help="sample actions (the default)")
+    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--video", default=None, help="write one game as .gif or .mp4 here")
+    e.add_argument("--output", default=None, help="write evaluation.json here (default: beside the checkpoint)")
+
+    r = commands.add_parser("report", help="learning curves, IQM tables and diagnostics from run directories")
+    r.add_argument("run_dirs", nargs="+", help="run directories, or folders that contain them")
+    r.add_argument("--output", default="report", help="directory for the PNGs and report.md")
     return parser
 
 
 def main(argv: List[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
+    from hca_rllib.runner import CheckpointError
+
     try:
         if args.command == "train":
             return train(args)
-    except UsageError as error:
+        if args.command == "evaluate":
+            return evaluate(args)
+        if args.command == "report":
+            return report(args)
+    except (UsageError, CheckpointError) as error:
         print(f"hca-rllib: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("hca-rllib: interrupted; the last checkpoint is kept (resume with --resume)", file=sys.stderr)
+        return 130
     return 1
 
 

@@ -12,6 +12,7 @@ from ray.rllib.algorithms.algorithm_config import AlgorithmConfig, NotProvided
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.execution.rollout_ops import synchronous_parallel_sample
 from ray.rllib.utils.annotations import override
+from ray.util.debug import log_once
 from ray.rllib.utils.metrics import (
     ALL_MODULES,
     ENV_RUNNER_RESULTS,
@@ -301,6 +302,12 @@ class HCAConfig(AlgorithmConfig):
             if not isinstance(action_space, gym.spaces.Discrete):
                 fail(f"action_space must be gymnasium.spaces.Discrete (HCA needs action "
                      f"probabilities), got {action_space}")
+
+
+# RLlib warns once per algorithm that it runs "on the new API stack ... if you don't want
+# to"; these algorithms exist only there, so the warning is spent here, unshown.
+for _name in ("HCA", "A2C"):
+    log_once(f"{_name}_on_new_api_stack")
 
 
 class A2CConfig(HCAConfig):

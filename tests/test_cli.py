@@ -1,50 +1,184 @@
-"""`hca-rllib train` end to end, and its one-line errors."""
+"""`hca-rllib train | evaluate | report` end to end, crash and resume, and one-line errors."""
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
 CLI = [sys.executable, "-m", "hca_rllib"]
+SMALL = ["--num-envs-per-env-runner", "4", "--set", "train_batch_size_per_learner=256"]
 
 
-def run_cli(*args, timeout=300):
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout)
+def run_cli(*args, timeout=300, env=None):
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
 
 
-def test_train_writes_results_config_and_checkpoint(tmp_path):
+def results(run_dir: Path):
+    return [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    """One real short run, shared by the evaluate and report tests."""
+    out = tmp_path_factory.mktemp("cli") / "minatar_run"
+    proc = run_cli("train", "--env", "minatar/Breakout", "--stop-timesteps", "1500", "--checkpoint-every", "2",
+                   "--wandb", "off", "--output", str(out), *SMALL)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+def test_train_writes_results_config_checkpoint_tensorboard_and_wandb(tmp_path):
     out = tmp_path / "run"
+    secret = "wandb-secret-0123456789abcdef0123456789abcdef"
     proc = run_cli(
-        "train", "--credit", "c2a2c", "--stop-timesteps", "2000", "--num-envs-per-env-runner", "4",
-        "--set", "train_batch_size_per_learner=256", "--output", str(out),
+        "train", "--credit", "c2a2c", "--stop-timesteps", "2000", "--output", str(out),
+        "--wandb", "offline", *SMALL, env={"WANDB_API_KEY": secret},
     )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    lines = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = results(out)
     assert len(lines) >= 7 and lines[-1]["env_steps"] >= 2000
     assert [line["iteration"] for line in lines] == list(range(1, len(lines) + 1))
-    assert "mutual_information" in lines[-1]
+    for key in ("score", "episode_return_mean", "mutual_information", "reliability", "steps_per_s", "time_s"):
+        assert key in lines[-1]
+    assert lines[-1]["score"] == lines[-1]["episode_return_mean"]  # CartPole: the episode is the game
     config = json.loads((out / "config.json").read_text())
     assert config["credit"] == "c2a2c"
-    assert config.get("train_batch_size_per_learner", config.get("_train_batch_size_per_learner")) == 256
-    assert (out / "checkpoint" / "rllib_checkpoint.json").exists()
-    assert "steps/s" in proc.stdout
+    run = json.loads((out / "run.json").read_text())
+    assert run["env"] == "CartPole-v1" and run["credit"] == "c2a2c" and run["stop_timesteps"] == 2000
+    checkpoints = sorted((out / "checkpoints").glob("iter_*"))
+    assert checkpoints and (checkpoints[-1] / "rllib_checkpoint.json").exists()
+    assert (checkpoints[-1] / "hca_checkpoint.json").exists()
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))
+    offline = list((out / "wandb").rglob("offline-run-*"))
+    assert offline and list(offline[0].glob("*.wandb"))
+    # The progress display: steps, rate, return, MI, time left.
+    progress = [line for line in proc.stdout.splitlines() if "steps/s" in line]
+    assert progress and all(word in progress[-1] for word in ("steps", "return", "MI", "left"))
+    # No secret printed or written anywhere in the run.
+    assert secret not in proc.stdout + proc.stderr
+    for path in out.rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), path
+
+
+def _wait_for(predicate, timeout):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def test_kill_9_then_resume_continues_from_the_last_checkpoint(tmp_path):
+    out = tmp_path / "run"
+    args = ["train", "--stop-timesteps", "200000", "--checkpoint-every", "3", "--wandb", "off",
+            "--output", str(out), *SMALL]
+    proc = subprocess.Popen([*CLI, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        def progressed():
+            done = [p for p in (out / "checkpoints").glob("iter_*")] if (out / "checkpoints").exists() else []
+            return len(done) >= 2 and (out / "results.jsonl").exists() and len(results(out)) >= 8
+        assert _wait_for(progressed, 240), "training made no progress"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver and its embedded Ray, mid-run
+        proc.wait()
+    before = results(out)
+    newest = sorted((out / "checkpoints").glob("iter_*"))[-1]
+    saved = json.loads((newest / "hca_checkpoint.json").read_text())
+    assert before[-1]["iteration"] >= saved["iteration"]
+
+    budget = before[-1]["env_steps"] + 1500
+    proc = run_cli("train", "--resume", "--stop-timesteps", str(budget), "--output", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"iteration {saved['iteration']}" in proc.stdout
+    after = results(out)
+    iterations = [line["iteration"] for line in after]
+    assert iterations == list(range(1, len(after) + 1))  # none lost, none duplicated
+    assert after[: saved["iteration"]] == before[: saved["iteration"]]  # history kept as written
+    resumed = after[saved["iteration"]]
+    assert resumed["env_steps"] > saved["env_steps"] >= before[saved["iteration"] - 1]["env_steps"]
+    assert resumed["env_steps"] - saved["env_steps"] < 600  # one iteration on from the checkpoint
+    assert after[-1]["env_steps"] >= budget
+
+
+def test_damaged_newest_checkpoint_is_skipped_with_a_warning(tmp_path):
+    out = tmp_path / "run"
+    proc = run_cli("train", "--stop-timesteps", "1500", "--checkpoint-every", "2", "--wandb", "off",
+                   "--no-tensorboard", "--output", str(out), *SMALL)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    older, newest = sorted((out / "checkpoints").glob("iter_*"))[-2:]
+    state = next(p for p in newest.rglob("state.pkl"))
+    state.write_bytes(state.read_bytes()[: len(state.read_bytes()) // 2])  # a torn write
+    proc = run_cli("train", "--resume", "--stop-timesteps", "2500", "--output", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"skipping checkpoint {newest.name}" in proc.stderr and "damaged" in proc.stderr
+    older_iteration = json.loads((older / "hca_checkpoint.json").read_text())["iteration"]
+    assert f"iteration {older_iteration}" in proc.stdout
+    iterations = [line["iteration"] for line in results(out)]
+    assert iterations == list(range(1, len(iterations) + 1))
+
+
+def test_existing_run_needs_resume(tmp_path, trained_run):
+    proc = run_cli("train", "--env", "minatar/Breakout", "--output", str(trained_run), timeout=120)
+    assert proc.returncode == 2 and "already holds a run: pass --resume" in proc.stderr
+
+
+def test_evaluate_a_real_run_with_video(trained_run, tmp_path):
+    video = tmp_path / "game.gif"
+    proc = run_cli("evaluate", str(trained_run), "--episodes", "3", "--greedy", "--video", str(video),
+                   "--output", str(tmp_path / "eval.json"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((tmp_path / "eval.json").read_text())
+    assert summary["episodes"] == 3 and len(summary["returns"]) == 3 and summary["policy"] == "greedy"
+    assert summary["min"] <= summary["mean"] <= summary["max"]
+    assert summary["env"] == "minatar/Breakout"
+    assert video.exists() and video.stat().st_size > 1000
+    import imageio.v2 as imageio
+
+    frames = imageio.mimread(video)
+    assert len(frames) >= 2 and frames[0].ndim == 3
+
+
+def test_report_from_real_runs(trained_run, tmp_path):
+    proc = run_cli("report", str(trained_run), "--output", str(tmp_path / "report"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    page = (tmp_path / "report" / "report.md").read_text()
+    assert "minatar/Breakout" in page
+    pngs = list((tmp_path / "report").glob("*.png"))
+    assert pngs and all(p.stat().st_size > 10_000 for p in pngs)
 
 
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--algo", "PPO"], "unknown algorithm 'PPO'"),
-        (["--credit", "bogus"], "unknown credit mode 'bogus'"),
-        (["--env", "CartPol-v1"], "unknown environment id 'CartPol-v1'; did you mean"),
-        (["--set", "no_such_key=1"], "unknown config key(s) in --set: ['no_such_key']"),
-        (["--set", "gamma=1.5"], "gamma must be in (0.0, 1.0], got 1.5"),
-        (["--set", "novalue"], "--set expects key=value"),
+        (["train", "--algo", "PPO"], "unknown algorithm 'PPO'"),
+        (["train", "--credit", "bogus"], "unknown credit mode 'bogus'"),
+        (["train", "--env", "CartPol-v1"], "unknown environment id 'CartPol-v1'; did you mean"),
+        (["train", "--env", "Pendulum-v1"], "HCA and A2C need a gymnasium.spaces.Discrete action space"),
+        (["train", "--set", "no_such_key=1"], "unknown config key(s) in --set: ['no_such_key']"),
+        (["train", "--set", "gamma=1.5"], "gamma must be in (0.0, 1.0], got 1.5"),
+        (["train", "--set", "novalue"], "--set expects key=value"),
+        (["train", "--stop-timesteps", "0"], "--stop-timesteps must be > 0"),
+        (["train", "--resume"], "nothing to resume in"),
+        (["train", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+        (["evaluate", "/no/such/checkpoint"], "checkpoint '/no/such/checkpoint' does not exist"),
+        (["evaluate", "."], "is neither a checkpoint nor a run directory"),
     ],
 )
 def test_bad_arguments_exit_nonzero_with_one_line(args, message, tmp_path):
-    proc = run_cli("train", "--output", str(tmp_path / "x"), *args, timeout=120)
+    if args[0] == "train":
+        args = [*args, "--output", str(tmp_path / "x")]
+    proc = run_cli(*args, timeout=120)
     assert proc.returncode == 2
     errors = [line for line in proc.stderr.splitlines() if line.startswith("hca-rllib: error:")]
     assert len(errors) == 1 and message in errors[0], proc.stderr
     assert "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -178,6 +178,7 @@ def make_atari(
     render_mode: Optional[str] = None,
     max_episode_frames: int = MAX_EPISODE_FRAMES,
     clip_rewards: bool = True,
+    num_threads: int = 0,  # for the vector env only; accepted so one env_config fits both
     **protocol_overrides: Any,
 ) -> gym.Env:
     """One Atari env under ``protocol``; observations ``uint8`` of shape ``(84, 84, 1)``."""

@@ -1,0 +1,177 @@
+"""`hca-rllib evaluate`: play a checkpoint's policy and report the full-game return.
+
+The policy sees exactly what it saw in training: the environment from the resolver with
+the run's `env_config`, and frames stacked as RLlib's connector stacks them (zeros before
+the first frame of an episode). In the classic Atari protocol an episode ends with each
+life; a *game* ends when the environment reports `game_return`, which is what is scored
+here (unclipped, all lives). No Ray cluster is needed.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import pickle
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import numpy as np
+
+from hca_rllib.runner import CHECKPOINTS, CheckpointError, newest_valid_checkpoint, verify_checkpoint
+
+MODULE_PATH = ("learner_group", "learner", "rl_module", "default_policy")
+MAX_VIDEO_FRAMES = 20_000
+
+
+def find_checkpoint(path, warn=lambda message: print(f"warning: {message}")) -> Path:
+    """A checkpoint directory, or the newest valid checkpoint of a run directory."""
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"checkpoint {str(path)!r} does not exist")
+    if (path / "rllib_checkpoint.json").exists():
+        verify_checkpoint(path)
+        return path
+    if (path / CHECKPOINTS).is_dir():
+        found = newest_valid_checkpoint(path, warn)
+        if found is None:
+            raise CheckpointError(f"run directory {str(path)!r} has no valid checkpoint")
+        return found
+    raise CheckpointError(f"{str(path)!r} is neither a checkpoint nor a run directory with {CHECKPOINTS}/")
+
+
+def _config_of(checkpoint: Path) -> Dict[str, Any]:
+    with open(checkpoint / "class_and_ctor_args.pkl", "rb") as f:
+        ctor = pickle.load(f)
+    return ctor["ctor_args_and_kwargs"][0][0]
+
+
+class FrameStack:
+    """The last `k` frames along the last axis, zeros before the episode's first frame
+    (what RLlib's FrameStackingEnvToModule gives the module)."""
+
+    def __init__(self, k: int):
+        self.k = k
+        self.frames = collections.deque(maxlen=k)
+
+    def reset(self, frame: np.ndarray) -> np.ndarray:
+        self.frames.clear()
+        for _ in range(self.k - 1):
+            self.frames.append(np.zeros_like(frame))
+        return self.push(frame)
+
+    def push(self, frame: np.ndarray) -> np.ndarray:
+        self.frames.append(frame)
+        return np.concatenate(list(self.frames), axis=-1) if self.k > 1 else frame
+
+
+def _write_video(frames, path: Path, fps: int) -> None:
+    import imageio.v2 as imageio
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix.lower() == ".gif":
+        imageio.mimsave(path, frames[::2], duration=2.0 / fps, loop=0)
+    elif path.suffix.lower() == ".mp4":
+        try:
+            import imageio_ffmpeg  # noqa: F401
+        except ImportError:
+            raise CheckpointError("an .mp4 video needs imageio-ffmpeg (pip install imageio-ffmpeg); "
+                                  "or write a .gif") from None
+        imageio.mimsave(path, frames, fps=fps)
+    else:
+        raise CheckpointError(f"video must end in .gif or .mp4, got {str(path)!r}")
+
+
+def evaluate_checkpoint(
+    checkpoint,
+    *,
+    episodes: int = 10,
+    greedy: bool = False,
+    seed: int = 0,
+    video: Optional[str] = None,
+    output: Optional[str] = None,
+) -> Dict[str, Any]:
+    """Play `episodes` games; returns (and writes as JSON) mean, std, min, max, median and
+    every game's return."""
+    import gymnasium as gym
+    import torch
+    from ray.rllib.core.columns import Columns
+    from ray.rllib.core.rl_module.rl_module import RLModule
+
+    from hca_rllib.envs import resolve_env
+
+    if episodes < 1:
+        raise CheckpointError(f"--episodes must be >= 1, got {episodes}")
+    if video is not None and Path(video).suffix.lower() not in (".gif", ".mp4"):
+        raise CheckpointError(f"video must end in .gif or .mp4, got {video!r}")
+    path = find_checkpoint(checkpoint)
+    config = _config_of(path)
+    env_id, env_config = config["env"], dict(config.get("env_config") or {})
+    info = resolve_env(env_id, env_config, frame_stack=config.get("frame_stack"),
+                       model_config=config.get("model_config") or {})
+    module = RLModule.from_checkpoint(str(path.joinpath(*MODULE_PATH)))
+    module.eval()
+    try:
+        env = gym.make(env_id, render_mode="rgb_array" if video else None, **env_config)
+    except TypeError:
+        raise CheckpointError(f"environment {env_id!r} cannot render, so no video") from None
+    stack = FrameStack(info.frame_stack if info is not None else 1)
+    rng = np.random.default_rng(seed)
+    torch.manual_seed(seed)
+    lives_episodes = info is not None and info.family.name == "atari"
+
+    returns, frames, episode_return = [], [], 0.0
+    obs, _ = env.reset(seed=seed)
+    obs = stack.reset(obs)
+    recording = video is not None
+    while len(returns) < episodes:
+        with torch.no_grad():
+            out = module.forward_inference({Columns.OBS: torch.as_tensor(obs[None])})
+        logits = out[Columns.ACTION_DIST_INPUTS][0].double().numpy()
+        if greedy:
+            action = int(np.argmax(logits))
+        else:
+            probs = np.exp(logits - logits.max())
+            action = int(rng.choice(len(probs), p=probs / probs.sum()))
+        obs, reward, terminated, truncated, step_info = env.step(action)
+        episode_return += float(reward)
+        if recording and len(frames) < MAX_VIDEO_FRAMES:
+            frames.append(env.render())
+        game_over = False
+        if "game_return" in step_info:
+            returns.append(float(step_info["game_return"]))
+            game_over = True
+        elif (terminated or truncated) and not lives_episodes:
+            returns.append(episode_return)
+            game_over = True
+        if game_over and recording:
+            _write_video(frames, Path(video), fps=env.metadata.get("render_fps", 30) or 30)
+            recording, frames = False, []
+        if terminated or truncated:
+            episode_return = 0.0
+            obs, _ = env.reset()
+            obs = stack.reset(obs)
+        else:
+            obs = stack.push(obs)
+    env.close()
+
+    values = np.array(returns)
+    summary = {
+        "checkpoint": str(path),
+        "env": env_id,
+        "policy": "greedy" if greedy else "stochastic",
+        "episodes": episodes,
+        "mean": float(values.mean()),
+        "std": float(values.std(ddof=1)) if len(values) > 1 else 0.0,
+        "min": float(values.min()),
+        "max": float(values.max()),
+        "median": float(np.median(values)),
+        "returns": returns,
+        "video": video,
+    }
+    target = Path(output) if output else path.parent / f"evaluation_{path.name}.json"
+    if target.suffix != ".json":
+        target = target / "evaluation.json"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(summary, indent=1))
+    summary["written_to"] = str(target)
+    return summary

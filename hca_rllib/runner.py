@@ -1,0 +1,447 @@
+"""A training run on disk: results, checkpoints that survive a crash, resume, logging.
+
+Layout of a run directory::
+
+    run.json              what was asked (algorithm, env, credit, seed, budget) and the command
+    config.json           the resolved AlgorithmConfig (every field)
+    results.jsonl         one JSON line per training iteration (see RESULT_KEYS)
+    checkpoints/iter_000010/   RLlib checkpoint + rng.pkl + hca_checkpoint.json (written last)
+    tensorboard/          TensorBoard event files
+    wandb/                the Weights & Biases run (offline unless WANDB_API_KEY is set)
+
+Checkpoints are written into a temporary directory and renamed into place, and carry the
+SHA-256 of every file they hold; ``--resume`` loads the newest one whose files all match,
+skipping (with a warning) any that a kill or a disk error left damaged, restores the
+step counter, optimizer state and the driver's RNG state, and cuts ``results.jsonl`` back
+to that checkpoint's iteration, so a killed run loses only the iterations since its last
+checkpoint and no result line is duplicated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import pickle
+import random
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINTS = "checkpoints"
+CHECKPOINT_META = "hca_checkpoint.json"
+RNG_STATE = "rng.pkl"
+
+# results.jsonl: the name in the line -> where it is in RLlib's result dict.
+RESULT_KEYS = {
+    "episode_return_mean": ("env_runners", "episode_return_mean"),
+    "game_return_mean": ("env_runners", "game_return_mean"),
+    "episode_len_mean": ("env_runners", "episode_len_mean"),
+    "num_episodes": ("env_runners", "num_episodes"),
+    "mutual_information": ("learners", "default_policy", "info/mutual_information"),
+    "hindsight_accuracy": ("learners", "default_policy", "hindsight/accuracy"),
+    "policy_accuracy": ("learners", "default_policy", "policy/accuracy"),
+    "reliability": ("learners", "default_policy", "credit/reliability"),
+    "hca_ratio_mean": ("learners", "default_policy", "hca/ratio_mean"),
+    "hca_clip_fraction": ("learners", "default_policy", "hca/clip_fraction"),
+    "c2a2c_mask_fraction": ("learners", "default_policy", "c2a2c/mask_fraction"),
+    "advantage_correlation": ("learners", "default_policy", "hca/advantage_correlation"),
+    "policy_loss": ("learners", "default_policy", "policy_loss"),
+    "vf_loss": ("learners", "default_policy", "vf_loss"),
+    "hindsight_loss": ("learners", "default_policy", "hindsight_loss"),
+    "entropy": ("learners", "default_policy", "entropy"),
+    "vf_explained_var": ("learners", "default_policy", "vf_explained_var"),
+    "num_skipped_updates": ("learners", "__all_modules__", "num_skipped_updates"),
+}
+
+
+class CheckpointError(Exception):
+    """A checkpoint that cannot be used (missing, damaged), with the reason."""
+
+
+# ------------------------------------------------------------------ results
+
+
+def _get(result: Dict[str, Any], path) -> Any:
+    for key in path:
+        if not isinstance(result, dict) or key not in result:
+            return None
+        result = result[key]
+    return result
+
+
+def _number(value: Any) -> Optional[float]:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def result_line(result: Dict[str, Any], elapsed_s: float, steps_per_s: float) -> Dict[str, Any]:
+    """One results.jsonl line from RLlib's result dict; `score` is the full-game return
+    where the env reports one (Atari), else the episode return."""
+    line: Dict[str, Any] = {
+        "iteration": int(result["training_iteration"]),
+        "env_steps": int(result["num_env_steps_sampled_lifetime"]),
+        "time_s": round(elapsed_s, 3),
+        "steps_per_s": round(steps_per_s, 1),
+    }
+    for name, path in RESULT_KEYS.items():
+        line[name] = _number(_get(result, path))
+    line["score"] = line["game_return_mean"] if line["game_return_mean"] is not None else line["episode_return_mean"]
+    return line
+
+
+def read_results(path: Path) -> List[Dict[str, Any]]:
+    """The complete lines of a results.jsonl (a torn last line from a kill is dropped)."""
+    lines = []
+    if not path.exists():
+        return lines
+    for text in path.read_text().splitlines():
+        try:
+            lines.append(json.loads(text))
+        except json.JSONDecodeError:
+            break
+    return lines
+
+
+# ------------------------------------------------------------------ checkpoints
+
+
+def _file_hashes(directory: Path) -> Dict[str, str]:
+    hashes = {}
+    for path in sorted(directory.rglob("*")):
+        if path.is_file() and path.name != CHECKPOINT_META:
+            digest = hashlib.sha256()
+            with open(path, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(block)
+            hashes[str(path.relative_to(directory))] = digest.hexdigest()
+    return hashes
+
+
+def _fsync_tree(directory: Path) -> None:
+    for path in directory.rglob("*"):
+        if path.is_file():
+            with open(path, "rb") as f:
+                os.fsync(f.fileno())
+
+
+def save_checkpoint(algo, run_dir: Path, iteration: int, env_steps: int, keep: int = 3) -> Path:
+    """Write a checkpoint atomically: into a temporary directory, verified by hashes,
+    then renamed to `checkpoints/iter_NNNNNN`. Keeps the newest `keep` checkpoints."""
+    root = Path(run_dir) / CHECKPOINTS
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"iter_{iteration:06d}"
+    tmp = root / f".tmp_iter_{iteration:06d}_{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    algo.save_to_path(str(tmp.resolve()))
+    with open(tmp / RNG_STATE, "wb") as f:
+        pickle.dump(_rng_state(), f)
+    meta = {"iteration": iteration, "env_steps": env_steps, "time": time.time(), "files": _file_hashes(tmp)}
+    (tmp / CHECKPOINT_META).write_text(json.dumps(meta, indent=1))
+    _fsync_tree(tmp)
+    if final.exists():
+        shutil.rmtree(final)
+    os.rename(tmp, final)
+    for old in sorted(root.glob("iter_*"))[:-keep] if keep > 0 else []:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def verify_checkpoint(path: Path) -> Dict[str, Any]:
+    """The checkpoint's metadata if every file it lists is there and unchanged."""
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(f"checkpoint {str(path)!r} does not exist")
+    meta_path = path / CHECKPOINT_META
+    if not meta_path.exists():
+        if (path / "rllib_checkpoint.json").exists():
+            return {"iteration": None, "env_steps": None, "files": None}  # a plain RLlib checkpoint
+        raise CheckpointError(f"{str(path)!r} is not a checkpoint (no {CHECKPOINT_META})")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except json.JSONDecodeError as error:
+        raise CheckpointError(f"checkpoint {str(path)!r}: unreadable {CHECKPOINT_META} ({error})") from None
+    actual = _file_hashes(path)
+    for name, digest in meta["files"].items():
+        if name not in actual:
+            raise CheckpointError(f"checkpoint {str(path)!r}: file {name} is missing")
+        if actual[name] != digest:
+            raise CheckpointError(f"checkpoint {str(path)!r}: file {name} is damaged (checksum mismatch)")
+    return meta
+
+
+def checkpoints_newest_first(run_dir: Path) -> List[Path]:
+    return sorted((Path(run_dir) / CHECKPOINTS).glob("iter_*"), reverse=True)
+
+
+def newest_valid_checkpoint(run_dir: Path, warn: Callable[[str], None]) -> Optional[Path]:
+    for path in checkpoints_newest_first(run_dir):
+        try:
+            verify_checkpoint(path)
+            return path
+        except CheckpointError as error:
+            warn(f"skipping checkpoint {path.name}: {error}")
+    return None
+
+
+def _rng_state() -> Dict[str, Any]:
+    import torch
+
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def restore_rng_state(path: Path) -> None:
+    import torch
+
+    rng_file = Path(path) / RNG_STATE
+    if not rng_file.exists():
+        return
+    with open(rng_file, "rb") as f:
+        state = pickle.load(f)
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+# ------------------------------------------------------------------ loggers
+
+
+class TensorBoardLogger:
+    def __init__(self, directory: Path):
+        from tensorboardX import SummaryWriter
+
+        self.writer = SummaryWriter(str(directory))
+
+    def log(self, line: Dict[str, Any]) -> None:
+        for key, value in line.items():
+            if key not in ("iteration", "env_steps") and isinstance(value, (int, float)):
+                self.writer.add_scalar(key, value, global_step=line["env_steps"])
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def wandb_mode(requested: str = "auto") -> Optional[str]:
+    """`auto`: online when WANDB_API_KEY is set, else offline; `off`: no W&B."""
+    if requested == "off":
+        return None
+    if requested == "auto":
+        return "online" if os.environ.get("WANDB_API_KEY") else "offline"
+    if requested not in ("online", "offline"):
+        raise ValueError(f"wandb mode must be auto, online, offline or off, got {requested!r}")
+    return requested
+
+
+class WandbLogger:
+    """Plain `wandb.log` per iteration (the Tune path uses Ray's WandbLoggerCallback,
+    see `wandb_logger_callback`). The key is read by wandb from the environment and
+    never passed, printed or stored here."""
+
+    def __init__(self, directory: Path, mode: str, project: str, group: str, name: str,
+                 config: Dict[str, Any], resume_id: Optional[str] = None):
+        import wandb
+
+        directory.mkdir(parents=True, exist_ok=True)
+        self.run = wandb.init(
+            project=project, group=group, name=name, job_type="train", config=config,
+            dir=str(directory), mode=mode, id=resume_id, resume="allow" if resume_id else None,
+            settings=wandb.Settings(silent=True, console="off"),
+        )
+        self.id = self.run.id
+
+    def log(self, line: Dict[str, Any]) -> None:
+        self.run.log({k: v for k, v in line.items() if v is not None}, step=line["env_steps"])
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+def wandb_logger_callback(project: str = "hca-rllib", group: Optional[str] = None, **kwargs):
+    """Ray Tune's `WandbLoggerCallback`, offline unless WANDB_API_KEY is set."""
+    from ray.air.integrations.wandb import WandbLoggerCallback
+
+    mode = wandb_mode(kwargs.pop("mode", "auto"))
+    return WandbLoggerCallback(project=project, group=group, mode=mode, **kwargs)
+
+
+def flat_config(config) -> Dict[str, Any]:
+    """The config as JSON-safe values (for config.json and W&B)."""
+    return json.loads(json.dumps(config.to_dict(), default=repr))
+
+
+# ------------------------------------------------------------------ progress
+
+
+class Progress:
+    """One line per iteration; on a terminal, one line updated in place."""
+
+    def __init__(self, budget_steps: int, stream=None):
+        self.budget = budget_steps
+        self.stream = stream or sys.stdout
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+
+    def show(self, line: Dict[str, Any], rate: float) -> None:
+        left = max(self.budget - line["env_steps"], 0) / max(rate, 1e-9)
+        score, mi = line["score"], line["mutual_information"]
+        text = (
+            f"iter {line['iteration']:>5}  steps {line['env_steps']:>10,}/{self.budget:,}  "
+            f"{rate:7.0f} steps/s  return {'   n/a' if score is None else f'{score:7.2f}'}  "
+            f"MI {'    n/a' if mi is None else f'{mi:+.4f}'} nats  left {_duration(left)}"
+        )
+        self.stream.write(("\r" + text + "\033[K") if self.tty else text + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
+    return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+# ------------------------------------------------------------------ the loop
+
+
+def init_ray(address: Optional[str] = None) -> None:
+    """Connect to `address` (or RAY_ADDRESS); else start an embedded Ray bound to loopback,
+    with this machine's CPUs and an object store of a tenth of its memory (0.3-2 GiB)."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    address = address or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, log_to_driver=False)
+        return
+    try:
+        import psutil
+
+        memory = psutil.virtual_memory().total
+    except ImportError:
+        memory = 8 * 2**30
+    ray.init(
+        address="local",
+        num_cpus=os.cpu_count() or 1,
+        include_dashboard=False,
+        object_store_memory=int(min(max(memory // 10, 300 * 2**20), 2 * 2**30)),
+        log_to_driver=False,
+        _node_ip_address="127.0.0.1",
+    )
+
+
+def run_training(
+    config,
+    run_dir: Path,
+    stop_timesteps: int,
+    *,
+    run_info: Dict[str, Any],
+    resume: bool = False,
+    checkpoint_every: int = 10,
+    keep_checkpoints: int = 3,
+    wandb: str = "auto",
+    wandb_project: str = "hca-rllib",
+    tensorboard: bool = True,
+    address: Optional[str] = None,
+    progress: bool = True,
+    warn: Callable[[str], None] = lambda message: print(f"warning: {message}", file=sys.stderr),
+) -> Dict[str, Any]:
+    """Train `config` until `stop_timesteps` env steps, writing the run directory above.
+
+    Returns the last results line. With `resume`, continues from the newest valid
+    checkpoint in `run_dir` (or starts over, with a warning, if there is none).
+    """
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    results_path = run_dir / "results.jsonl"
+    run_json = run_dir / "run.json"
+    info = dict(run_info)
+    if resume and run_json.exists():
+        info = {**json.loads(run_json.read_text()), **{k: v for k, v in run_info.items() if k == "stop_timesteps"}}
+    info["stop_timesteps"] = stop_timesteps
+    mode = wandb_mode(wandb)
+
+    init_ray(address)
+    algo = config.build_algo()
+    start_line_count = 0
+    try:
+        checkpoint = None
+        if resume:
+            checkpoint = newest_valid_checkpoint(run_dir, warn)
+            if checkpoint is None:
+                warn(f"no valid checkpoint in {str(run_dir)!r}: starting from scratch")
+        if checkpoint is not None:
+            algo.restore_from_path(str(checkpoint.resolve()))
+            restore_rng_state(checkpoint)
+            meta = verify_checkpoint(checkpoint)
+            kept = [line for line in read_results(results_path) if line["iteration"] <= meta["iteration"]]
+            print(f"resuming from {checkpoint} (iteration {meta['iteration']}, "
+                  f"{meta['env_steps']:,} env steps)", flush=True)
+        else:
+            kept = []
+            (run_dir / "config.json").write_text(json.dumps(flat_config(config), indent=1))
+        # Rewrite results.jsonl with the lines the checkpoint covers (atomically).
+        tmp = results_path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(json.dumps(line) + "\n" for line in kept))
+        os.replace(tmp, results_path)
+        start_line_count = len(kept)
+        run_json.write_text(json.dumps(info, indent=1, default=repr))
+
+        loggers: List[Any] = []
+        if tensorboard:
+            loggers.append(TensorBoardLogger(run_dir / "tensorboard"))
+        if mode is not None:
+            group = f"{info.get('env')}:{info.get('credit')}"
+            name = f"{info.get('env')}:{info.get('credit')}:seed{info.get('seed')}"
+            wandb_logger = WandbLogger(run_dir / "wandb", mode, wandb_project, group, name,
+                                       {**flat_config(config), "run": info}, resume_id=info.get("wandb_id"))
+            if info.get("wandb_id") != wandb_logger.id:
+                info["wandb_id"] = wandb_logger.id
+                run_json.write_text(json.dumps(info, indent=1, default=repr))
+            loggers.append(wandb_logger)
+        display = Progress(stop_timesteps) if progress else None
+
+        line = kept[-1] if kept else {"env_steps": 0, "iteration": 0}
+        start_time, start_steps = time.time(), line["env_steps"]
+        elapsed_before = line.get("time_s", 0.0)
+        last_saved = line["iteration"]
+        with open(results_path, "a") as results:
+            while line["env_steps"] < stop_timesteps:
+                result = algo.train()
+                now = time.time() - start_time
+                rate = (int(result["num_env_steps_sampled_lifetime"]) - start_steps) / max(now, 1e-9)
+                line = result_line(result, elapsed_before + now, rate)
+                results.write(json.dumps(line) + "\n")
+                results.flush()
+                for log in loggers:
+                    log.log(line)
+                if display:
+                    display.show(line, rate)
+                if checkpoint_every > 0 and line["iteration"] % checkpoint_every == 0:
+                    save_checkpoint(algo, run_dir, line["iteration"], line["env_steps"], keep_checkpoints)
+                    last_saved = line["iteration"]
+        if display:
+            display.close()
+        if line["iteration"] != last_saved or not checkpoints_newest_first(run_dir):
+            save_checkpoint(algo, run_dir, line["iteration"], line["env_steps"], keep_checkpoints)
+        for log in loggers:
+            log.close()
+        return line
+    finally:
+        algo.stop()
