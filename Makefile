@@ -16,7 +16,7 @@ $(BIN)/.installed: pyproject.toml
 setup: $(BIN)/.installed
 
 train: $(BIN)/.installed
-	$(BIN)/hca-rllib train --env CartPole-v1 --credit hca --stop-timesteps 100000 --output runs/quickstart
+	$(BIN)/hca-rllib train --env CartPole-v1 --credit hca --stop-timesteps 100000 --output runs/quickstart/$(shell date +%Y%m%d-%H%M%S)
 
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest -q

@@ -3,9 +3,9 @@
 * Recording: `window_mean`, and `episode_return_callback_class()`, an RLlib callback
   that records the exact return and length of every completed episode on the EnvRunner
   (all chunks of an episode summed), read back with `EpisodeLog`.
-* Statistics: `iqm`, `iqm_ci` (IQM over seeds and its 95% stratified bootstrap CI),
-  `bootstrap_ci` (any statistic, percentile bootstrap over seeds),
-  `probability_of_improvement`, `paired_difference`.
+* Statistics, re-exported from `hca_rllib.stats` (numpy only): `iqm`, `iqm_ci` (IQM
+  over seeds and its 95% stratified bootstrap CI), `bootstrap_ci` (any statistic,
+  percentile bootstrap over seeds), `probability_of_improvement`, `paired_difference`.
 * Run store and control: one JSON file per finished run (`write_json`, atomic),
   `run_plan` (skips runs already stored, refuses to mix stored runs of another
   setting, stops cleanly between runs after `--time-limit-min`), `load_runs`,
@@ -33,8 +33,21 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-BOOTSTRAP_REPS = 10_000
-BOOTSTRAP_SEED = 0
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+# The statistics live in the package (pure numpy); re-exported here under their old
+# names for the benchmark scripts.
+from hca_rllib.stats import (  # noqa: E402,F401
+    BOOTSTRAP_REPS,
+    BOOTSTRAP_SEED,
+    bootstrap_ci,
+    iqm,
+    iqm_ci,
+    paired_difference,
+    probability_of_improvement,
+)
+
 RAY_INIT_KWARGS = dict(address="local", num_cpus=2, include_dashboard=False,
                        object_store_memory=300 * 2**20, log_to_driver=False,
                        logging_level="ERROR")
@@ -103,96 +116,6 @@ def lifetime_env_steps(result: Dict[str, Any]) -> int:
 
 
 # -------------------------------------------------------------------- statistics
-
-
-def iqm(scores: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Interquartile mean: 25% trimmed mean (as rliable's `aggregate_iqm`)."""
-    from scipy.stats import trim_mean
-
-    return trim_mean(scores, proportiontocut=0.25, axis=axis)
-
-
-def iqm_ci(scores: np.ndarray, reps: int = BOOTSTRAP_REPS,
-           seed: int = BOOTSTRAP_SEED) -> Tuple[float, float, float, str]:
-    """IQM over seeds and its 95% stratified bootstrap CI (one task per call: the strata
-    collapse to a single one, i.e. seeds are resampled with replacement).
-
-    Uses rliable when it works, otherwise the same percentile bootstrap in numpy; the
-    returned string says which."""
-    scores = np.asarray(scores, dtype=np.float64)
-    point = float(iqm(scores))
-    if len(scores) < 2:
-        return point, point, point, "none (fewer than 2 seeds)"
-    try:
-        from rliable import library as rly
-        from rliable import metrics
-
-        _, intervals = rly.get_interval_estimates(
-            {"x": scores[:, None]},
-            lambda s: np.array([metrics.aggregate_iqm(s)]),
-            reps=reps,
-            random_state=np.random.RandomState(seed),
-        )
-        low, high = (float(v) for v in np.asarray(intervals["x"]).reshape(2))
-        return point, low, high, (f"rliable stratified bootstrap, percentile, "
-                                  f"{reps} resamples, seed {seed}")
-    except Exception as error:  # rliable missing, or its `arch` dependency broken
-        reason = f"{type(error).__name__}: {error}".splitlines()[0][:120]
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(scores), size=(reps, len(scores)))
-    stats = iqm(scores[idx], axis=1)
-    low, high = (float(v) for v in np.percentile(stats, [2.5, 97.5]))
-    return point, low, high, (f"numpy bootstrap over seeds (1 stratum), percentile, "
-                              f"{reps} resamples, seed {seed} "
-                              f"(rliable unusable: {reason})")
-
-
-def bootstrap_ci(values: Sequence[float], statistic: Callable = np.mean,
-                 reps: int = BOOTSTRAP_REPS, seed: int = BOOTSTRAP_SEED,
-                 level: float = 0.95) -> Tuple[float, float, float]:
-    """`statistic(values)` and its percentile-bootstrap CI, resampling the values (seeds)
-    with replacement. `statistic` must accept `axis=1` on a 2-d array (np.mean does).
-    With fewer than 2 values the interval collapses to the point."""
-    values = np.asarray(values, dtype=np.float64)
-    point = float(statistic(values))
-    if len(values) < 2:
-        return point, point, point
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(values), size=(reps, len(values)))
-    stats = statistic(values[idx], axis=1)
-    tail = 100 * (1 - level) / 2
-    low, high = (float(v) for v in np.percentile(stats, [tail, 100 - tail]))
-    return point, low, high
-
-
-def probability_of_improvement(x: Sequence[float], y: Sequence[float]) -> float:
-    """P(X > Y) over all pairs (x_i, y_j), ties counting half (rliable's definition
-    for one task: the Mann-Whitney U statistic over len(x) * len(y))."""
-    x = np.asarray(x, dtype=np.float64)[:, None]
-    y = np.asarray(y, dtype=np.float64)[None, :]
-    return float(np.mean((x > y) + 0.5 * (x == y)))
-
-
-def paired_difference(scores: Dict[int, float], baseline: Dict[int, float],
-                      reps: int = BOOTSTRAP_REPS, seed: int = BOOTSTRAP_SEED
-                      ) -> Optional[Dict[str, Any]]:
-    """Per-seed differences `scores[s] - baseline[s]` over the common seeds, their mean
-    and its 95% percentile-bootstrap CI over seeds; None without common seeds."""
-    seeds = sorted(set(scores) & set(baseline))
-    if not seeds:
-        return None
-    diffs = np.array([scores[s] - baseline[s] for s in seeds], dtype=np.float64)
-    point, low, high = bootstrap_ci(diffs, np.mean, reps, seed)
-    return {
-        "seeds": seeds,
-        "differences": diffs.tolist(),
-        "mean": point,
-        "ci_low": low,
-        "ci_high": high,
-        "excludes_zero": bool(len(seeds) >= 2 and (low > 0 or high < 0)),
-        "ci_method": (f"mean of paired per-seed differences, percentile bootstrap over "
-                      f"seeds, {reps} resamples, seed {seed}"),
-    }
 
 
 def nan_mean(values: Iterable[Optional[float]]) -> Optional[float]:

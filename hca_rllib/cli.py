@@ -132,11 +132,9 @@ def evaluate(args: argparse.Namespace) -> int:
 
 
 def report(args: argparse.Namespace) -> int:
-    from hca_rllib.report import write_report
+    from hca_rllib.report import report_command
 
-    page = write_report([Path(p) for p in args.run_dirs], Path(args.output))
-    print(f"report: {page}")
-    return 0
+    return report_command(args)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -184,9 +182,10 @@ def make_parser() -> argparse.ArgumentParser:
     e.add_argument("--video", default=None, help="write one game as .gif or .mp4 here")
     e.add_argument("--output", default=None, help="write evaluation.json here (default: beside the checkpoint)")
 
-    r = commands.add_parser("report", help="learning curves, IQM tables and diagnostics from run directories")
-    r.add_argument("run_dirs", nargs="+", help="run directories, or folders that contain them")
-    r.add_argument("--output", default="report", help="directory for the PNGs and report.md")
+    from hca_rllib.report import add_report_arguments
+
+    add_report_arguments(commands.add_parser(
+        "report", help="learning curves, IQM tables and diagnostics from run directories"))
     return parser
 
 

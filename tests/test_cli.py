@@ -171,6 +171,7 @@ def test_report_from_real_runs(trained_run, tmp_path):
         (["train", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
         (["evaluate", "/no/such/checkpoint"], "checkpoint '/no/such/checkpoint' does not exist"),
         (["evaluate", "."], "is neither a checkpoint nor a run directory"),
+        (["report", "/no/such/run"], "no such directory: /no/such/run"),
     ],
 )
 def test_bad_arguments_exit_nonzero_with_one_line(args, message, tmp_path):
