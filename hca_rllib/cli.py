@@ -114,7 +114,7 @@ def train(args: argparse.Namespace) -> int:
         config, output, args.stop_timesteps, run_info=run_info, resume=args.resume,
         checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints,
         wandb=args.wandb, wandb_project=args.wandb_project, tensorboard=not args.no_tensorboard,
-        address=args.address,
+        address=args.address, torch_threads=args.torch_threads,
     )
     print(f"done: {last['env_steps']:,} env steps, {last['iteration']} iterations; run in {output}")
     return 0
@@ -170,6 +170,8 @@ def make_parser() -> argparse.ArgumentParser:
                    help="auto: online if WANDB_API_KEY is set, else offline")
     t.add_argument("--wandb-project", default="hca-rllib")
     t.add_argument("--no-tensorboard", action="store_true")
+    t.add_argument("--torch-threads", type=int, default=1,
+                   help="torch threads in this process (default 1, as Ray's workers; 0: torch's default)")
     t.add_argument("--address", default=None, help="Ray cluster address (default: RAY_ADDRESS or embedded Ray)")
 
     e = commands.add_parser("evaluate", help="play a checkpoint and report its full-game return")

@@ -360,6 +360,7 @@ def run_training(
     tensorboard: bool = True,
     address: Optional[str] = None,
     progress: bool = True,
+    torch_threads: Optional[int] = 1,
     warn: Callable[[str], None] = lambda message: print(f"warning: {message}", file=sys.stderr),
 ) -> Dict[str, Any]:
     """Train `config` until `stop_timesteps` env steps, writing the run directory above.
@@ -367,6 +368,13 @@ def run_training(
     Returns the last results line. With `resume`, continues from the newest valid
     checkpoint in `run_dir` (or starts over, with a warning, if there is none).
     """
+    if torch_threads:
+        # The driver holds the local EnvRunner and learner; Ray's own workers run torch
+        # with one thread (OMP_NUM_THREADS=1). More threads here fight the EnvRunners
+        # for the cores: measured 2-9x slower on 2 busy cores (tuned_examples/README.md).
+        import torch
+
+        torch.set_num_threads(torch_threads)
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     results_path = run_dir / "results.jsonl"

@@ -1,0 +1,199 @@
+"""Shared pieces of the tuned examples: the Atari and MinAtar configs, and `main()`.
+
+Every script in `tuned_examples/atari/` and `tuned_examples/minatar/` is both
+
+* a module whose `config(algo, credit)` returns a ready `HCAConfig` / `A2CConfig`
+  (importable: ``from tuned_examples.atari.pong import config``), and
+* a runnable script (``python tuned_examples/atari/pong.py --algo A2C``) that trains it with
+  `hca_rllib.runner.run_training`, the same loop as ``hca-rllib train``: results.jsonl,
+  checkpoints every 10 iterations, TensorBoard, W&B (offline unless WANDB_API_KEY is set),
+  and ``--resume``.
+
+`credit=None` means the algorithm's own credit: ``"hca"`` for HCA, ``"a2c"`` for A2C
+(A2C is the ``credit="a2c"`` member of the family with the hindsight classifier off).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any, Callable, Dict, Optional
+
+ALGORITHMS = ("HCA", "A2C")
+
+# Stable-Baselines3 zoo A2C on Atari (hyperparams/a2c.yml, `atari:` entry): 16 envs,
+# n_steps 5, RMSprop(TF-like) lr 7e-4 eps 1e-5 alpha 0.99, ent_coef 0.01, vf_coef 0.25,
+# gamma 0.99, gae_lambda 1, max_grad_norm 0.5, no advantage normalisation, 10M steps.
+ATARI_NUM_ENVS = 16
+ATARI_ROLLOUT = 5
+ATARI_BUDGET = 10_000_000  # agent steps (= 40M frames at frameskip 4)
+
+# The project's A2C defaults on vector / small-image tasks: 8 envs x 64-step rollouts.
+MINATAR_NUM_ENVS = 8
+MINATAR_ROLLOUT = 64
+
+
+def _base_config(algo: str, credit: Optional[str]):
+    from hca_rllib import A2CConfig, HCAConfig
+    from hca_rllib.credit import CREDIT_MODES
+
+    if algo not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {algo!r}; choose one of {list(ALGORITHMS)}")
+    if credit is not None and credit not in CREDIT_MODES:
+        raise ValueError(f"unknown credit mode {credit!r}; choose one of {list(CREDIT_MODES)}")
+    if algo == "A2C":
+        if credit not in (None, "a2c"):
+            raise ValueError(f"A2C is credit='a2c'; for credit={credit!r} use algo='HCA'")
+        return A2CConfig()
+    config = HCAConfig()
+    if credit is not None:
+        config.training(credit=credit)
+    return config
+
+
+def _batch(config, num_envs: int, rollout: int, num_env_runners: int):
+    """`num_envs` per runner, `rollout`-step fragments, one train batch = every runner's
+    fragment of every env (the local runner samples when `num_env_runners` is 0)."""
+    return config.env_runners(
+        num_env_runners=num_env_runners,
+        num_envs_per_env_runner=num_envs,
+        rollout_fragment_length=rollout,
+    ).training(train_batch_size_per_learner=max(num_env_runners, 1) * num_envs * rollout)
+
+
+def atari_config(game: str, algo: str = "HCA", credit: Optional[str] = None, *,
+                 num_env_runners: int = 0):
+    """`atari/<game>` (classic protocol) with the SB3 zoo's A2C Atari hyperparameters."""
+    config = _base_config(algo, credit)
+    config.environment(f"atari/{game}", frame_stack=4)
+    # ale-py's C++ vector env steps all of a runner's envs (threads: ale-py decides).
+    config.env_runners(gym_env_vectorize_mode="vector_entry_point")
+    _batch(config, ATARI_NUM_ENVS, ATARI_ROLLOUT, num_env_runners)
+    config.training(
+        lr=7e-4,
+        optimizer="rmsprop",
+        rmsprop_alpha=0.99,
+        optimizer_eps=1e-5,
+        gamma=0.99,
+        lambda_=1.0,
+        entropy_coeff=0.01,
+        vf_loss_coeff=0.25,
+        grad_clip=0.5,
+        grad_clip_by="global_norm",
+        normalize_advantages=False,
+    )
+    return config
+
+
+def minatar_config(game: str, algo: str = "HCA", credit: Optional[str] = None, *,
+                   num_env_runners: int = 0):
+    """`minatar/<game>` with the project's A2C defaults (8 envs x 64 steps, RMSprop lr 7e-4,
+    vf 0.5, grad clip 0.5) and entropy 0.01; MinAtar's own network (the env's default)."""
+    config = _base_config(algo, credit)
+    config.environment(f"minatar/{game}")
+    _batch(config, MINATAR_NUM_ENVS, MINATAR_ROLLOUT, num_env_runners)
+    config.training(
+        lr=7e-4,
+        optimizer="rmsprop",
+        rmsprop_alpha=0.99,
+        optimizer_eps=1e-5,
+        gamma=0.99,
+        lambda_=1.0,
+        entropy_coeff=0.01,
+        vf_loss_coeff=0.5,
+        grad_clip=0.5,
+        grad_clip_by="global_norm",
+        normalize_advantages=False,
+    )
+    return config
+
+
+def make_parser(budget: int, default_output: str, description: str = ""):
+    first_line = description.strip().splitlines()[0] if description.strip() else None
+    parser = argparse.ArgumentParser(description=first_line)
+    parser.add_argument("--algo", default="HCA", choices=list(ALGORITHMS))
+    parser.add_argument("--credit", default=None,
+                        help="a2c, hca, c2a2c or mix (default: hca for HCA, a2c for A2C)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--stop-timesteps", type=int, default=None,
+                        help=f"env (agent) steps to train (default: the budget, {budget:,})")
+    parser.add_argument("--output", default=None,
+                        help=f"run directory (default: "
+                             f"{default_output}_<algo>_<credit>_seed<seed>)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --output from its newest valid checkpoint")
+    parser.add_argument("--num-env-runners", type=int, default=0,
+                        help="remote EnvRunners (0: sample in the driver); the train batch "
+                             "grows with them (runners x envs x rollout)")
+    parser.add_argument("--checkpoint-every", type=int, default=10, metavar="N")
+    parser.add_argument("--torch-threads", type=int, default=1,
+                        help="torch threads in this process (the driver's EnvRunner and learner "
+                             "when --num-env-runners is 0); 1 is several times faster than "
+                             "torch's default on a small, busy machine (0: torch's default)")
+    parser.add_argument("--wandb", default="auto", choices=["auto", "online", "offline", "off"],
+                        help="auto: online if WANDB_API_KEY is set, else offline")
+    parser.add_argument("--address", default=None,
+                        help="Ray cluster address (default: RAY_ADDRESS or an embedded local Ray)")
+    return parser
+
+
+RUN_ARGS = ("algo", "credit", "seed", "num_env_runners")
+
+
+def main(make_config: Callable[..., Any], *, budget: int, expected: Dict[str, Any],
+         default_output: str, argv=None, description: str = "") -> Dict[str, Any]:
+    """Parse the command line, build `make_config(algo, credit, num_env_runners=...)`,
+    seed it and train it with `hca_rllib.runner.run_training`; returns the last results line."""
+    from hca_rllib.runner import run_training
+
+    parser = make_parser(budget, default_output, description)
+    args = parser.parse_args(argv)
+    if args.output is None:
+        credit = args.credit or ("a2c" if args.algo == "A2C" else "hca")
+        args.output = f"{default_output}_{args.algo.lower()}_{credit}_seed{args.seed}"
+    output = Path(args.output)
+    run_json = output / "run.json"
+    if args.resume:
+        if not run_json.exists():
+            parser.error(f"nothing to resume in {str(output)!r}: it has no run.json")
+        stored = json.loads(run_json.read_text()).get("args", {})
+        for key in RUN_ARGS:  # the run's own settings; only the budget may change
+            if key in stored:
+                setattr(args, key, stored[key])
+        if args.stop_timesteps is None:
+            args.stop_timesteps = json.loads(run_json.read_text()).get("stop_timesteps")
+    elif run_json.exists() and (output / "results.jsonl").exists():
+        parser.error(f"{str(output)!r} already holds a run: pass --resume to continue it, "
+                     f"or choose another --output")
+    if args.stop_timesteps is None:
+        args.stop_timesteps = budget
+    if args.stop_timesteps <= 0:
+        parser.error(f"--stop-timesteps must be > 0, got {args.stop_timesteps}")
+    try:
+        config = make_config(args.algo, args.credit, num_env_runners=args.num_env_runners)
+        config.debugging(seed=args.seed)
+        config.validate()
+    except ValueError as error:
+        parser.error(str(error).splitlines()[0])
+    run_info = {
+        "algo": args.algo,
+        "credit": config.credit,
+        "env": config.env,
+        "seed": args.seed,
+        "stop_timesteps": args.stop_timesteps,
+        "budget": budget,
+        "expected": expected,
+        "command": shlex.join([sys.executable, *sys.argv]),
+        "args": {key: getattr(args, key) for key in RUN_ARGS},
+    }
+    last = run_training(
+        config, output, args.stop_timesteps, run_info=run_info, resume=args.resume,
+        checkpoint_every=args.checkpoint_every, wandb=args.wandb, address=args.address,
+        torch_threads=args.torch_threads,
+    )
+    print(f"done: {last['env_steps']:,} env steps, {last['iteration']} iterations, "
+          f"score {last.get('score')}; run in {output}", flush=True)
+    return last
