@@ -125,3 +125,15 @@ def test_credit_modes_quick(tmp_path):
     assert "| cartpole | hca |" in text and "credit_modes.py" in text
     for name in ("curves_bandit.png", "curves_cartpole.png", "final_scores.png"):
         assert (tmp_path / name).stat().st_size > 0, name
+
+
+def test_env_throughput_quick(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "env_throughput.py"), "--quick", "--out", str(tmp_path)],
+        cwd=REPO, capture_output=True, text=True, timeout=400,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert (tmp_path / "summary.md").is_file()
+    data = json.loads((tmp_path / "results.json").read_text())
+    text = json.dumps(data)
+    assert "raw_ale" in text and "native_8" in text and "python_sync_8" in text
