@@ -60,6 +60,10 @@ RESULT_KEYS = {
     "entropy": ("learners", "default_policy", "entropy"),
     "vf_explained_var": ("learners", "default_policy", "vf_explained_var"),
     "num_skipped_updates": ("learners", "__all_modules__", "num_skipped_updates"),
+    # Fault tolerance: EnvRunners that failed and were replaced, and those healthy now.
+    "env_runner_restarts": ("fault_tolerance", "num_remote_worker_restarts"),
+    "env_runners_dropped": ("fault_tolerance", "num_env_runners_dropped_lifetime"),
+    "healthy_env_runners": ("fault_tolerance", "num_healthy_workers"),
 }
 
 
