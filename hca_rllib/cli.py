@@ -1,4 +1,4 @@
-"""Command line: `hca-rllib train | evaluate | report` (also `python -m hca_rllib ...`).
+"""Command line: `hca-rllib train | evaluate | report | sweep` (also `python -m hca_rllib ...`).
 
 `train` runs on an embedded local Ray (loopback only, sized to this machine) unless
 `--address` or `RAY_ADDRESS` points at a cluster. It writes a run directory (see
@@ -185,6 +185,10 @@ def make_parser() -> argparse.ArgumentParser:
     e.add_argument("--output", default=None, help="write evaluation.json here (default: beside the checkpoint)")
 
     from hca_rllib.report import add_report_arguments
+    from hca_rllib.sweep import add_sweep_arguments
+
+    add_sweep_arguments(commands.add_parser(
+        "sweep", help="Ray Tune over envs x credit modes x seeds, with retries and a report"))
 
     add_report_arguments(commands.add_parser(
         "report", help="learning curves, IQM tables and diagnostics from run directories"))
@@ -202,6 +206,10 @@ def main(argv: List[str] | None = None) -> int:
             return evaluate(args)
         if args.command == "report":
             return report(args)
+        if args.command == "sweep":
+            from hca_rllib.sweep import sweep_command
+
+            return sweep_command(args)
     except (UsageError, CheckpointError) as error:
         print(f"hca-rllib: error: {error}", file=sys.stderr)
         return 2

@@ -1,0 +1,259 @@
+"""`hca-rllib sweep`: Ray Tune over environments x credit modes x seeds (x a grid).
+
+Each trial is one `HCA` training (credit `a2c` trains no classifier, as `A2C` does).
+Resources are computed so no trial waits for a node that cannot hold it: a trial needs
+one CPU for its driver (and learner) plus `cpus_per_env_runner` per EnvRunner, and at
+most `floor(cluster CPUs / trial CPUs)` trials run at once. A failed trial is retried
+(`--max-failures`) from its newest checkpoint. Every trial directory gets the project's
+`run.json` and `results.jsonl` (written by `RunFilesCallback`), so `hca-rllib report`
+reads a sweep like any set of runs; the sweep writes that report at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from hca_rllib.runner import read_results, result_line, wandb_logger_callback, wandb_mode
+
+CREDITS = ("a2c", "hca", "c2a2c", "mix")
+
+
+def trial_resources(num_env_runners: int, cpus_per_env_runner: float) -> float:
+    """CPUs one trial reserves: its driver (with the learner) and its EnvRunners."""
+    return 1.0 + num_env_runners * cpus_per_env_runner
+
+
+def max_concurrent_trials(cluster_cpus: float, per_trial: float) -> int:
+    if per_trial > cluster_cpus:
+        raise ValueError(
+            f"a trial needs {per_trial:g} CPUs (1 driver + EnvRunners) but the cluster has "
+            f"{cluster_cpus:g}: use fewer --num-env-runners or a smaller --cpus-per-env-runner"
+        )
+    return max(1, int(math.floor(cluster_cpus / per_trial + 1e-9)))
+
+
+def _trial_name(trial) -> str:
+    c = trial.config
+    env = str(c.get("env")).replace("/", "_").replace(":", "_")
+    return f"{env}__{c.get('credit')}__seed{c.get('seed')}__{trial.trial_id}"
+
+
+def make_run_files_callback():
+    from ray.tune import Callback
+
+    class RunFilesCallback(Callback):
+        """Writes `run.json` and `results.jsonl` (the CLI's format) into each trial's
+        directory. After a retry restores a trial from a checkpoint, lines from the
+        iterations being re-run are replaced, so none is duplicated."""
+
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            path = Path(trial.local_path)
+            path.mkdir(parents=True, exist_ok=True)
+            run_json = path / "run.json"
+            if not run_json.exists():
+                c = trial.config
+                run_json.write_text(json.dumps({
+                    "algo": "A2C" if c.get("credit") == "a2c" else "HCA", "credit": c.get("credit"),
+                    "env": c.get("env"), "seed": c.get("seed"), "trial_id": trial.trial_id,
+                }, indent=1, default=repr))
+            line = result_line(result, float(result.get("time_total_s", 0.0)),
+                               float(result.get("num_env_steps_sampled_lifetime", 0))
+                               / max(float(result.get("time_total_s", 1e-9)), 1e-9))
+            results = path / "results.jsonl"
+            kept = [old for old in read_results(results) if old["iteration"] < line["iteration"]]
+            tmp = results.with_suffix(".jsonl.tmp")
+            tmp.write_text("".join(json.dumps(x) + "\n" for x in kept + [line]))
+            os.replace(tmp, results)
+
+    return RunFilesCallback()
+
+
+def build_param_space(envs: List[str], credits: List[str], seeds: List[int], overrides: Dict[str, Any],
+                      num_env_runners: int, num_envs_per_env_runner: int, cpus_per_env_runner: float):
+    from ray import tune
+
+    from hca_rllib import HCAConfig
+
+    config = HCAConfig().env_runners(
+        num_env_runners=num_env_runners,
+        num_envs_per_env_runner=num_envs_per_env_runner,
+        num_cpus_per_env_runner=cpus_per_env_runner,
+    )
+    grids = {k: v for k, v in overrides.items() if k.startswith("grid:")}
+    config.update_from_dict({k: v for k, v in overrides.items() if k not in grids})
+    space = config.to_dict()
+    space.update({
+        "env": tune.grid_search(envs),
+        "credit": tune.grid_search(credits),
+        "seed": tune.grid_search(seeds),
+        # credit="a2c" is plain A2C: no classifier (A2CConfig's default).
+        "hindsight_loss_coeff": tune.sample_from(
+            lambda spec: 0.0 if spec.config["credit"] == "a2c" else overrides.get("hindsight_loss_coeff", 1.0)),
+    })
+    for key, values in grids.items():
+        if not isinstance(values, list):
+            raise ValueError(f"--set {key}=... must be a list of values, got {values!r}")
+        space[key[len("grid:"):]] = tune.grid_search(values)
+    return space
+
+
+def run_sweep(
+    *,
+    envs: List[str],
+    credits: List[str],
+    seeds: List[int],
+    stop_timesteps: int,
+    storage_path: str,
+    name: str,
+    overrides: Optional[Dict[str, Any]] = None,
+    num_env_runners: int = 0,
+    num_envs_per_env_runner: int = 8,
+    cpus_per_env_runner: float = 0.5,
+    scheduler: str = "none",
+    metric: str = "env_runners/episode_return_mean",
+    max_failures: int = 2,
+    checkpoint_every: int = 5,
+    wandb: str = "auto",
+    wandb_project: str = "hca-rllib",
+    address: Optional[str] = None,
+    resume: bool = False,
+    report: bool = True,
+):
+    """Run the sweep; returns (tune ResultGrid, report path or None)."""
+    import ray
+    from ray import tune
+
+    from hca_rllib.envs import EnvResolutionError, resolve_env
+    from hca_rllib.runner import init_ray
+
+    for env in envs:  # every env checked before any trial starts
+        try:
+            resolve_env(env, (overrides or {}).get("env_config"))
+        except EnvResolutionError as error:
+            raise ValueError(str(error)) from None
+    bad = [c for c in credits if c not in CREDITS]
+    if bad:
+        raise ValueError(f"unknown credit mode(s) {bad}; choose from {list(CREDITS)}")
+    init_ray(address)
+    per_trial = trial_resources(num_env_runners, cpus_per_env_runner)
+    concurrent = max_concurrent_trials(ray.cluster_resources().get("CPU", 1.0), per_trial)
+
+    schedulers = {"none": None}
+    if scheduler == "asha":
+        from ray.tune.schedulers import ASHAScheduler
+
+        schedulers["asha"] = ASHAScheduler(time_attr="num_env_steps_sampled_lifetime", max_t=stop_timesteps,
+                                           grace_period=max(stop_timesteps // 8, 1), reduction_factor=3)
+    elif scheduler == "pbt":
+        from ray.tune.schedulers import PopulationBasedTraining
+
+        schedulers["pbt"] = PopulationBasedTraining(
+            time_attr="num_env_steps_sampled_lifetime", perturbation_interval=max(stop_timesteps // 5, 1),
+            hyperparam_mutations={"lr": tune.loguniform(1e-4, 3e-3), "entropy_coeff": [0.0, 0.003, 0.01, 0.03]})
+    elif scheduler != "none":
+        raise ValueError(f"scheduler must be none, asha or pbt, got {scheduler!r}")
+
+    callbacks = [make_run_files_callback()]
+    mode = wandb_mode(wandb)
+    if mode is not None:
+        callbacks.append(wandb_logger_callback(project=wandb_project, group=name, mode=mode))
+    storage = storage_path if "://" in storage_path else str(Path(storage_path).resolve())
+    experiment = f"{storage}/{name}" if "://" in storage else str(Path(storage) / name)
+    if resume and tune.Tuner.can_restore(experiment):
+        tuner = tune.Tuner.restore(experiment, trainable="HCA", resume_errored=True)
+    else:
+        tuner = tune.Tuner(
+            "HCA",
+            param_space=build_param_space(envs, credits, seeds, overrides or {}, num_env_runners,
+                                          num_envs_per_env_runner, cpus_per_env_runner),
+            tune_config=tune.TuneConfig(
+                max_concurrent_trials=concurrent,
+                scheduler=schedulers[scheduler],
+                metric=metric if scheduler != "none" else None,
+                mode="max" if scheduler != "none" else None,
+                trial_dirname_creator=_trial_name,
+            ),
+            run_config=tune.RunConfig(
+                name=name,
+                storage_path=storage,
+                stop={"num_env_steps_sampled_lifetime": stop_timesteps},
+                checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=checkpoint_every,
+                                                        checkpoint_at_end=True, num_to_keep=2),
+                failure_config=tune.FailureConfig(max_failures=max_failures),
+                callbacks=callbacks,
+                verbose=1,
+            ),
+        )
+    results = tuner.fit()
+    page = None
+    if report and "://" not in experiment:
+        from hca_rllib.report import write_report
+
+        page = write_report([Path(experiment)], Path(experiment) / "report")
+    return results, page
+
+
+def add_sweep_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("--envs", required=True, help="comma-separated env ids, e.g. atari/Pong,atari/Breakout")
+    parser.add_argument("--credits", default="a2c,hca", help=f"comma-separated, from {','.join(CREDITS)}")
+    parser.add_argument("--seeds", default="0,1", help="comma-separated seeds")
+    parser.add_argument("--stop-timesteps", type=int, default=100_000)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config field for every trial; KEY=[v1,v2] with KEY prefixed "
+                             "'grid:' sweeps it (e.g. --set 'grid:lr=[3e-4,7e-4]')")
+    parser.add_argument("--num-env-runners", type=int, default=0)
+    parser.add_argument("--num-envs-per-env-runner", type=int, default=8)
+    parser.add_argument("--cpus-per-env-runner", type=float, default=0.5)
+    parser.add_argument("--scheduler", default="none", choices=["none", "asha", "pbt"])
+    parser.add_argument("--metric", default="env_runners/episode_return_mean",
+                        help="what ASHA/PBT maximise (Atari: env_runners/game_return_mean)")
+    parser.add_argument("--max-failures", type=int, default=2, help="retries per trial, from its checkpoint")
+    parser.add_argument("--checkpoint-every", type=int, default=5)
+    parser.add_argument("--output", default="runs/sweeps", help="storage path: a directory or a URI (s3://...)")
+    parser.add_argument("--name", default="sweep")
+    parser.add_argument("--resume", action="store_true", help="continue the sweep --output/--name")
+    parser.add_argument("--wandb", default="auto", choices=["auto", "online", "offline", "off"])
+    parser.add_argument("--wandb-project", default="hca-rllib")
+    parser.add_argument("--address", default=None)
+    return parser
+
+
+def sweep_command(args: argparse.Namespace) -> int:
+    from hca_rllib.cli import UsageError, parse_overrides
+
+    def split(text):
+        return [x.strip() for x in text.split(",") if x.strip()]
+
+    try:
+        seeds = [int(s) for s in split(args.seeds)]
+    except ValueError:
+        raise UsageError(f"--seeds must be comma-separated integers, got {args.seeds!r}") from None
+    overrides = parse_overrides(args.set)
+    from hca_rllib import HCAConfig
+
+    probe = HCAConfig()
+    unknown = [k for k in overrides if not hasattr(probe, k.removeprefix("grid:"))]
+    if unknown:
+        raise UsageError(f"unknown config key(s) in --set: {unknown}")
+    try:
+        results, page = run_sweep(
+            envs=split(args.envs), credits=split(args.credits), seeds=seeds,
+            stop_timesteps=args.stop_timesteps, storage_path=args.output, name=args.name,
+            overrides=overrides, num_env_runners=args.num_env_runners,
+            num_envs_per_env_runner=args.num_envs_per_env_runner,
+            cpus_per_env_runner=args.cpus_per_env_runner, scheduler=args.scheduler, metric=args.metric,
+            max_failures=args.max_failures, checkpoint_every=args.checkpoint_every, wandb=args.wandb,
+            wandb_project=args.wandb_project, address=args.address, resume=args.resume,
+        )
+    except ValueError as error:
+        raise UsageError(str(error).splitlines()[0]) from None
+    errors = len(results.errors)
+    print(f"sweep done: {len(results)} trials, {errors} errored; report: {page}")
+    return 1 if errors else 0
