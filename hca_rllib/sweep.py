@@ -75,6 +75,26 @@ def make_run_files_callback():
     return RunFilesCallback()
 
 
+def make_scheduler(name: str, stop_timesteps: int):
+    """None, ASHA (early-stops on env steps) or PBT (mutates lr and entropy_coeff)."""
+    from ray import tune
+
+    if name == "none":
+        return None
+    if name == "asha":
+        from ray.tune.schedulers import ASHAScheduler
+
+        return ASHAScheduler(time_attr="num_env_steps_sampled_lifetime", max_t=stop_timesteps,
+                             grace_period=max(stop_timesteps // 8, 1), reduction_factor=3)
+    if name == "pbt":
+        from ray.tune.schedulers import PopulationBasedTraining
+
+        return PopulationBasedTraining(
+            time_attr="num_env_steps_sampled_lifetime", perturbation_interval=max(stop_timesteps // 5, 1),
+            hyperparam_mutations={"lr": tune.loguniform(1e-4, 3e-3), "entropy_coeff": [0.0, 0.003, 0.01, 0.03]})
+    raise ValueError(f"scheduler must be none, asha or pbt, got {name!r}")
+
+
 def build_param_space(envs: List[str], credits: List[str], seeds: List[int], overrides: Dict[str, Any],
                       num_env_runners: int, num_envs_per_env_runner: int, cpus_per_env_runner: float):
     from ray import tune
@@ -145,20 +165,7 @@ def run_sweep(
     per_trial = trial_resources(num_env_runners, cpus_per_env_runner)
     concurrent = max_concurrent_trials(ray.cluster_resources().get("CPU", 1.0), per_trial)
 
-    schedulers = {"none": None}
-    if scheduler == "asha":
-        from ray.tune.schedulers import ASHAScheduler
-
-        schedulers["asha"] = ASHAScheduler(time_attr="num_env_steps_sampled_lifetime", max_t=stop_timesteps,
-                                           grace_period=max(stop_timesteps // 8, 1), reduction_factor=3)
-    elif scheduler == "pbt":
-        from ray.tune.schedulers import PopulationBasedTraining
-
-        schedulers["pbt"] = PopulationBasedTraining(
-            time_attr="num_env_steps_sampled_lifetime", perturbation_interval=max(stop_timesteps // 5, 1),
-            hyperparam_mutations={"lr": tune.loguniform(1e-4, 3e-3), "entropy_coeff": [0.0, 0.003, 0.01, 0.03]})
-    elif scheduler != "none":
-        raise ValueError(f"scheduler must be none, asha or pbt, got {scheduler!r}")
+    chosen = make_scheduler(scheduler, stop_timesteps)
 
     callbacks = [make_run_files_callback()]
     mode = wandb_mode(wandb)
@@ -175,7 +182,7 @@ def run_sweep(
                                           num_envs_per_env_runner, cpus_per_env_runner),
             tune_config=tune.TuneConfig(
                 max_concurrent_trials=concurrent,
-                scheduler=schedulers[scheduler],
+                scheduler=chosen,
                 metric=metric if scheduler != "none" else None,
                 mode="max" if scheduler != "none" else None,
                 trial_dirname_creator=_trial_name,

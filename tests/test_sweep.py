@@ -4,6 +4,7 @@ fails and resumes from its checkpoint, and the resource arithmetic."""
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -62,3 +63,38 @@ def test_failed_trial_is_retried_from_its_checkpoint(ray_local, tmp_path):
     lines = [json.loads(x) for x in (trial / "results.jsonl").read_text().splitlines()]
     assert [x["iteration"] for x in lines] == reported
     assert lines[-1]["env_steps"] >= 1536
+
+
+def test_schedulers():
+    from ray.tune.schedulers import ASHAScheduler, PopulationBasedTraining
+
+    from hca_rllib.sweep import make_scheduler
+
+    assert make_scheduler("none", 1000) is None
+    assert isinstance(make_scheduler("asha", 1000), ASHAScheduler)
+    assert isinstance(make_scheduler("pbt", 1000), PopulationBasedTraining)
+    with pytest.raises(ValueError, match="scheduler must be none, asha or pbt"):
+        make_scheduler("hyperband", 1000)
+
+
+@pytest.mark.parametrize("which, trials", [("atari", 7 * 3 * 3), ("minatar", 5 * 3 * 5)])
+def test_tuned_example_sweeps_are_valid(which, trials):
+    from ray.tune.search.variant_generator import generate_variants
+
+    from hca_rllib import HCAConfig
+    from hca_rllib.sweep import build_param_space
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tuned_examples.sweeps import sweep_kwargs
+
+    kwargs = sweep_kwargs(which, num_env_runners=2)
+    assert kwargs["overrides"]["train_batch_size_per_learner"] == 2 * kwargs["num_envs_per_env_runner"] * \
+        kwargs["overrides"]["rollout_fragment_length"]
+    space = build_param_space(kwargs["envs"], kwargs["credits"], kwargs["seeds"], kwargs["overrides"],
+                              kwargs["num_env_runners"], kwargs["num_envs_per_env_runner"], 0.5)
+    variants = [config for _, config in generate_variants(space)]
+    assert len(variants) == trials
+    assert {v["hindsight_loss_coeff"] for v in variants if v["credit"] == "a2c"} == {0.0}
+    assert {v["hindsight_loss_coeff"] for v in variants if v["credit"] != "a2c"} == {1.0}
+    for env in kwargs["envs"]:  # every trial's config validates
+        config = HCAConfig().update_from_dict({**kwargs["overrides"], "env": env})
+        config.validate()

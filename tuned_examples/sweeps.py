@@ -1,0 +1,99 @@
+"""The paper-style comparisons as Ray Tune sweeps: A2C against the credit modes.
+
+    python tuned_examples/sweeps.py atari   [--stop-timesteps N] [--num-env-runners K] [--output DIR|URI]
+    python tuned_examples/sweeps.py minatar [--stop-timesteps N] ...
+
+`atari`: Pong, Breakout, BeamRider, Qbert, Seaquest, SpaceInvaders and Enduro (classic
+protocol) x {a2c, hca, c2a2c} x 3 seeds, 10M agent steps each, with the tuned examples'
+SB3-zoo A2C settings (16 envs per EnvRunner, 5-step rollouts, entropy 0.01, value 0.25):
+63 trials, weeks of one machine, hours on a cluster. `minatar`: the five MinAtar games x
+{a2c, hca, c2a2c} x 5 seeds, 2M steps. Both run `hca_rllib.sweep.run_sweep` (resources
+sized to the cluster, retries from checkpoints, the report at the end); on a cluster,
+submit this script with `ray job submit --working-dir . -- python tuned_examples/sweeps.py atari
+--num-env-runners 4 --cpus-per-env-runner 1` (see cluster/README.md).
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make `tuned_examples` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tuned_examples.common import (  # noqa: E402
+    ATARI_BUDGET,
+    ATARI_NUM_ENVS,
+    ATARI_ROLLOUT,
+    MINATAR_NUM_ENVS,
+    MINATAR_ROLLOUT,
+)
+
+ATARI_GAMES = ["Pong", "Breakout", "BeamRider", "Qbert", "Seaquest", "SpaceInvaders", "Enduro"]
+MINATAR_GAMES = ["Breakout", "Asterix", "Freeway", "Seaquest", "SpaceInvaders"]
+CREDITS = ["a2c", "hca", "c2a2c"]
+
+SWEEPS = {
+    "atari": {
+        "envs": [f"atari/{game}" for game in ATARI_GAMES],
+        "seeds": [0, 1, 2],
+        "stop_timesteps": ATARI_BUDGET,
+        "num_envs_per_env_runner": ATARI_NUM_ENVS,
+        "rollout": ATARI_ROLLOUT,
+        "metric": "env_runners/game_return_mean",
+        "overrides": {"gym_env_vectorize_mode": "vector_entry_point", "entropy_coeff": 0.01,
+                      "vf_loss_coeff": 0.25},
+    },
+    "minatar": {
+        "envs": [f"minatar/{game}" for game in MINATAR_GAMES],
+        "seeds": [0, 1, 2, 3, 4],
+        "stop_timesteps": 2_000_000,
+        "num_envs_per_env_runner": MINATAR_NUM_ENVS,
+        "rollout": MINATAR_ROLLOUT,
+        "metric": "env_runners/episode_return_mean",
+        "overrides": {"entropy_coeff": 0.01},
+    },
+}
+
+
+def sweep_kwargs(which: str, num_env_runners: int = 0, stop_timesteps=None) -> dict:
+    """The arguments of `run_sweep` for sweep `which` (train batch = runners x envs x rollout)."""
+    spec = SWEEPS[which]
+    overrides = dict(spec["overrides"])
+    overrides["rollout_fragment_length"] = spec["rollout"]
+    overrides["train_batch_size_per_learner"] = max(num_env_runners, 1) * spec["num_envs_per_env_runner"] * spec["rollout"]
+    return {
+        "envs": spec["envs"], "credits": CREDITS, "seeds": spec["seeds"],
+        "stop_timesteps": stop_timesteps or spec["stop_timesteps"], "overrides": overrides,
+        "num_env_runners": num_env_runners, "num_envs_per_env_runner": spec["num_envs_per_env_runner"],
+        "metric": spec["metric"], "name": f"{which}-credit",
+    }
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("which", choices=sorted(SWEEPS))
+    parser.add_argument("--stop-timesteps", type=int, default=None)
+    parser.add_argument("--num-env-runners", type=int, default=0)
+    parser.add_argument("--cpus-per-env-runner", type=float, default=0.5)
+    parser.add_argument("--output", default="runs/sweeps")
+    parser.add_argument("--scheduler", default="none", choices=["none", "asha", "pbt"])
+    parser.add_argument("--max-failures", type=int, default=3)
+    parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--wandb", default="auto", choices=["auto", "online", "offline", "off"])
+    parser.add_argument("--address", default=None)
+    args = parser.parse_args(argv)
+
+    from hca_rllib.sweep import run_sweep
+
+    results, page = run_sweep(
+        **sweep_kwargs(args.which, args.num_env_runners, args.stop_timesteps),
+        storage_path=args.output, cpus_per_env_runner=args.cpus_per_env_runner,
+        scheduler=args.scheduler, max_failures=args.max_failures, wandb=args.wandb,
+        address=args.address, resume=args.resume,
+    )
+    print(f"{len(results)} trials, {len(results.errors)} errored; report: {page}")
+    return 1 if results.errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
