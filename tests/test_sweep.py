@@ -45,12 +45,16 @@ def test_sweep_2_envs_x_2_credits_x_2_seeds_completes_with_a_report(tmp_path):
         assert f"| {env} | A2C | 2 |" in page and f"| {env} | HCA (hca) | 2 |" in page
 
 
-def test_failed_trial_is_retried_from_its_checkpoint(ray_local, tmp_path):
+@pytest.mark.parametrize("kill", [False, True], ids=["raises", "sigkill"])
+def test_failed_trial_is_retried_from_its_checkpoint(ray_local, tmp_path, kill):
+    """The trial's env fails mid-run in the trial's own process: by an exception, or by
+    SIGKILL of the whole trial process (a crash, an OOM kill)."""
     marker = tmp_path / "failed_once"
     results, _ = run_sweep(
         envs=["HCA/FailOnce-v0"], credits=["hca"], seeds=[0], stop_timesteps=1536,
         storage_path=str(tmp_path), name="retry", num_envs_per_env_runner=4,
-        overrides={"env_config": {"env_id": "CartPole-v1", "fail_at_step": 700, "marker": str(marker)},
+        overrides={"env_config": {"env_id": "CartPole-v1", "fail_at_step": 700, "marker": str(marker),
+                                  "kill": kill},
                    "train_batch_size_per_learner": 256},
         checkpoint_every=1, max_failures=2, wandb="off", report=False,
     )
