@@ -79,13 +79,19 @@ def cluster_env(directory: Path) -> dict:
     }
 
 
-def _start_node(args: list, env: dict, log: Path) -> int:
+def _start_node(args: list, env: dict, log: Path, state: dict, state_path: Path) -> None:
     with open(log, "ab") as out:
         proc = subprocess.Popen([_ray(), "start", *args], env=env, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
-        if proc.wait(timeout=180) != 0:
-            raise RuntimeError(f"ray start failed; see {log}")
-    return proc.pid  # the process group of everything this node runs
+    # Recorded before waiting: whatever happens next, `stop` can kill this group.
+    state["process_groups"].append(proc.pid)  # the process group of everything this node runs
+    state_path.write_text(json.dumps(state, indent=1))
+    try:
+        code = proc.wait(timeout=180)
+    except subprocess.TimeoutExpired:
+        code = None
+    if code != 0:
+        raise RuntimeError(f"ray start failed; see {log} (stop the rest with: stop --dir ...)")
 
 
 def start(directory: Path, workers: int, cpus_per_node: int, head_cpus: int) -> dict:
@@ -93,8 +99,10 @@ def start(directory: Path, workers: int, cpus_per_node: int, head_cpus: int) -> 
     if (directory / STATE).exists():
         raise SystemExit(f"{directory / STATE} exists: a cluster may be running; stop it first")
     token = directory / TOKEN
-    token.write_text(secrets.token_hex(32))
-    token.chmod(0o600)
+    token.unlink(missing_ok=True)
+    fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # never readable by others
+    os.write(fd, secrets.token_hex(32).encode())
+    os.close(fd)
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token),
            "RAY_USAGE_STATS_ENABLED": "0"}
     env.pop("RAY_ADDRESS", None)
@@ -128,14 +136,12 @@ def start(directory: Path, workers: int, cpus_per_node: int, head_cpus: int) -> 
     head = ["--head", "--port", str(gcs), "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard),
             "--ray-client-server-port", str(client), "--num-cpus", str(head_cpus), "--num-gpus", "0",
             "--temp-dir", str(temp), *common, *node_ports_args(0)]
-    state["process_groups"].append(_start_node(head, env, directory / "head.log"))
-    (directory / STATE).write_text(json.dumps(state, indent=1))
+    _start_node(head, env, directory / "head.log", state, directory / STATE)
     for i in range(workers):
         worker = ["--address", state["gcs_address"], "--num-cpus", str(cpus_per_node), "--num-gpus", "0",
                   "--resources", json.dumps({WORKER_RESOURCE: 100}), "--temp-dir", f"{temp}-w{i}",
                   *common, *node_ports_args(i + 1)]
-        state["process_groups"].append(_start_node(worker, env, directory / f"worker{i}.log"))
-        (directory / STATE).write_text(json.dumps(state, indent=1))
+        _start_node(worker, env, directory / f"worker{i}.log", state, directory / STATE)
     return state
 
 

@@ -83,7 +83,11 @@ def train(args: argparse.Namespace) -> int:
     if args.resume:
         if not run_json.exists():
             raise UsageError(f"nothing to resume in {str(output)!r}: it has no run.json")
-        stored = json.loads(run_json.read_text())["args"]
+        stored = json.loads(run_json.read_text()).get("args") or {}
+        missing = [key for key in TRAIN_ARGS if key not in stored]
+        if missing:
+            raise UsageError(f"{str(output)!r} was not made by `hca-rllib train` (its run.json lacks "
+                             f"{missing}): resume it with the script that made it")
         for key in TRAIN_ARGS:  # the run's own settings; only the budget may change
             setattr(args, key, stored[key])
         if args.stop_timesteps is None:
@@ -197,6 +201,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 def main(argv: List[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
+    from hca_rllib.envs import EnvResolutionError
     from hca_rllib.runner import CheckpointError
 
     try:
@@ -210,7 +215,7 @@ def main(argv: List[str] | None = None) -> int:
             from hca_rllib.sweep import sweep_command
 
             return sweep_command(args)
-    except (UsageError, CheckpointError) as error:
+    except (UsageError, CheckpointError, EnvResolutionError) as error:
         print(f"hca-rllib: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

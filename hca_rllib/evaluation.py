@@ -112,8 +112,10 @@ def evaluate_checkpoint(
     module.eval()
     try:
         env = gym.make(env_id, render_mode="rgb_array" if video else None, **env_config)
-    except TypeError:
-        raise CheckpointError(f"environment {env_id!r} cannot render, so no video") from None
+    except TypeError as error:
+        if video:
+            raise CheckpointError(f"environment {env_id!r} cannot render, so no video ({error})") from None
+        raise
     stack = FrameStack(info.frame_stack if info is not None else 1)
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)

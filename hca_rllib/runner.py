@@ -155,29 +155,48 @@ def save_checkpoint(algo, run_dir: Path, iteration: int, env_steps: int, keep: i
     (tmp / CHECKPOINT_META).write_text(json.dumps(meta, indent=1))
     _fsync_tree(tmp)
     if final.exists():
-        shutil.rmtree(final)
+        _remove(final)
     os.rename(tmp, final)
     for old in sorted(root.glob("iter_*"))[:-keep] if keep > 0 else []:
-        shutil.rmtree(old, ignore_errors=True)
+        _remove(old)
     return final
 
 
-def verify_checkpoint(path: Path) -> Dict[str, Any]:
-    """The checkpoint's metadata if every file it lists is there and unchanged."""
+def _remove(path: Path) -> None:
+    """Rename out of the `iter_*` namespace first, so a kill mid-delete never leaves a
+    half-deleted directory that looks like a checkpoint."""
+    trash = path.with_name(f".trash_{path.name}_{os.getpid()}")
+    os.rename(path, trash)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def remove_partial_checkpoints(run_dir: Path) -> None:
+    """Temporary and half-deleted directories that a kill left behind."""
+    for path in list((Path(run_dir) / CHECKPOINTS).glob(".tmp_iter_*")) + list(
+            (Path(run_dir) / CHECKPOINTS).glob(".trash_*")):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def verify_checkpoint(path: Path, require_meta: bool = False) -> Dict[str, Any]:
+    """The checkpoint's metadata if every file it lists is there and unchanged. A plain
+    RLlib checkpoint (no hashes) passes unless `require_meta` (as in a run directory,
+    where every checkpoint has them)."""
     path = Path(path)
     if not path.is_dir():
         raise CheckpointError(f"checkpoint {str(path)!r} does not exist")
     meta_path = path / CHECKPOINT_META
     if not meta_path.exists():
-        if (path / "rllib_checkpoint.json").exists():
+        if (path / "rllib_checkpoint.json").exists() and not require_meta:
             return {"iteration": None, "env_steps": None, "files": None}  # a plain RLlib checkpoint
-        raise CheckpointError(f"{str(path)!r} is not a checkpoint (no {CHECKPOINT_META})")
+        raise CheckpointError(f"{str(path)!r} is not a complete checkpoint (no {CHECKPOINT_META})")
     try:
         meta = json.loads(meta_path.read_text())
-    except json.JSONDecodeError as error:
-        raise CheckpointError(f"checkpoint {str(path)!r}: unreadable {CHECKPOINT_META} ({error})") from None
+        files = dict(meta["files"])
+        int(meta["iteration"]), int(meta["env_steps"])
+    except (ValueError, OSError, KeyError, TypeError) as error:
+        raise CheckpointError(f"checkpoint {str(path)!r}: unreadable {CHECKPOINT_META} ({error!r})") from None
     actual = _file_hashes(path)
-    for name, digest in meta["files"].items():
+    for name, digest in files.items():
         if name not in actual:
             raise CheckpointError(f"checkpoint {str(path)!r}: file {name} is missing")
         if actual[name] != digest:
@@ -192,7 +211,7 @@ def checkpoints_newest_first(run_dir: Path) -> List[Path]:
 def newest_valid_checkpoint(run_dir: Path, warn: Callable[[str], None]) -> Optional[Path]:
     for path in checkpoints_newest_first(run_dir):
         try:
-            verify_checkpoint(path)
+            verify_checkpoint(path, require_meta=True)
             return path
         except CheckpointError as error:
             warn(f"skipping checkpoint {path.name}: {error}")
@@ -391,17 +410,19 @@ def run_training(
 
     init_ray(address)
     algo = config.build_algo()
-    start_line_count = 0
+    loggers: List[Any] = []
     try:
         checkpoint = None
         if resume:
             checkpoint = newest_valid_checkpoint(run_dir, warn)
             if checkpoint is None:
                 warn(f"no valid checkpoint in {str(run_dir)!r}: starting from scratch")
+        if resume:
+            remove_partial_checkpoints(run_dir)
         if checkpoint is not None:
             algo.restore_from_path(str(checkpoint.resolve()))
             restore_rng_state(checkpoint)
-            meta = verify_checkpoint(checkpoint)
+            meta = verify_checkpoint(checkpoint, require_meta=True)
             kept = [line for line in read_results(results_path) if line["iteration"] <= meta["iteration"]]
             print(f"resuming from {checkpoint} (iteration {meta['iteration']}, "
                   f"{meta['env_steps']:,} env steps)", flush=True)
@@ -412,10 +433,8 @@ def run_training(
         tmp = results_path.with_suffix(".jsonl.tmp")
         tmp.write_text("".join(json.dumps(line) + "\n" for line in kept))
         os.replace(tmp, results_path)
-        start_line_count = len(kept)
         run_json.write_text(json.dumps(info, indent=1, default=repr))
 
-        loggers: List[Any] = []
         if tensorboard:
             loggers.append(TensorBoardLogger(run_dir / "tensorboard"))
         if mode is not None:
@@ -452,8 +471,11 @@ def run_training(
             display.close()
         if line["iteration"] != last_saved or not checkpoints_newest_first(run_dir):
             save_checkpoint(algo, run_dir, line["iteration"], line["env_steps"], keep_checkpoints)
-        for log in loggers:
-            log.close()
         return line
     finally:
+        for log in loggers:
+            try:
+                log.close()
+            except Exception as error:  # a logger must not hide the run's own outcome
+                warn(f"closing {type(log).__name__} failed: {error}")
         algo.stop()

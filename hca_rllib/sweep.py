@@ -53,6 +53,9 @@ def make_run_files_callback():
         directory. After a retry restores a trial from a checkpoint, lines from the
         iterations being re-run are replaced, so none is duplicated."""
 
+        def __init__(self):
+            self.last_iteration = {}  # trial id -> last iteration written
+
         def on_trial_result(self, iteration, trials, trial, result, **info):
             path = Path(trial.local_path)
             path.mkdir(parents=True, exist_ok=True)
@@ -67,10 +70,18 @@ def make_run_files_callback():
                                float(result.get("num_env_steps_sampled_lifetime", 0))
                                / max(float(result.get("time_total_s", 1e-9)), 1e-9))
             results = path / "results.jsonl"
-            kept = [old for old in read_results(results) if old["iteration"] < line["iteration"]]
-            tmp = results.with_suffix(".jsonl.tmp")
-            tmp.write_text("".join(json.dumps(x) + "\n" for x in kept + [line]))
-            os.replace(tmp, results)
+            last = self.last_iteration.get(trial.trial_id)
+            if last is None or line["iteration"] <= last:
+                # First result seen by this driver, or a retry/PBT exploit went back to a
+                # checkpoint: rewrite without the iterations being run again.
+                kept = [old for old in read_results(results) if old["iteration"] < line["iteration"]]
+                tmp = results.with_suffix(".jsonl.tmp")
+                tmp.write_text("".join(json.dumps(x) + "\n" for x in kept + [line]))
+                os.replace(tmp, results)
+            else:
+                with open(results, "a") as f:
+                    f.write(json.dumps(line) + "\n")
+            self.last_iteration[trial.trial_id] = line["iteration"]
 
     return RunFilesCallback()
 
@@ -145,6 +156,7 @@ def run_sweep(
     address: Optional[str] = None,
     resume: bool = False,
     report: bool = True,
+    max_concurrent: Optional[int] = None,
 ):
     """Run the sweep; returns (tune ResultGrid, report path or None)."""
     import ray
@@ -163,7 +175,10 @@ def run_sweep(
         raise ValueError(f"unknown credit mode(s) {bad}; choose from {list(CREDITS)}")
     init_ray(address)
     per_trial = trial_resources(num_env_runners, cpus_per_env_runner)
-    concurrent = max_concurrent_trials(ray.cluster_resources().get("CPU", 1.0), per_trial)
+    if max_concurrent is None:  # sized to the cluster as it is now
+        concurrent = max_concurrent_trials(ray.cluster_resources().get("CPU", 1.0), per_trial)
+    else:  # an autoscaling cluster that will grow: the user says how far
+        concurrent = max_concurrent
 
     chosen = make_scheduler(scheduler, stop_timesteps)
 
@@ -222,6 +237,9 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument("--metric", default="env_runners/episode_return_mean",
                         help="what ASHA/PBT maximise (Atari: env_runners/game_return_mean)")
     parser.add_argument("--max-failures", type=int, default=2, help="retries per trial, from its checkpoint")
+    parser.add_argument("--max-concurrent", type=int, default=None,
+                        help="trials at once (default: what fits the cluster's CPUs now; set it on an "
+                             "autoscaling cluster, whose nodes appear as trials ask for them)")
     parser.add_argument("--checkpoint-every", type=int, default=5)
     parser.add_argument("--output", default="runs/sweeps", help="storage path: a directory or a URI (s3://...)")
     parser.add_argument("--name", default="sweep")
@@ -258,6 +276,7 @@ def sweep_command(args: argparse.Namespace) -> int:
             cpus_per_env_runner=args.cpus_per_env_runner, scheduler=args.scheduler, metric=args.metric,
             max_failures=args.max_failures, checkpoint_every=args.checkpoint_every, wandb=args.wandb,
             wandb_project=args.wandb_project, address=args.address, resume=args.resume,
+            max_concurrent=args.max_concurrent,
         )
     except ValueError as error:
         raise UsageError(str(error).splitlines()[0]) from None

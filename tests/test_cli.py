@@ -131,6 +131,14 @@ def test_existing_run_needs_resume(tmp_path, trained_run):
     assert proc.returncode == 2 and "already holds a run: pass --resume" in proc.stderr
 
 
+def test_resume_of_a_run_made_elsewhere_is_a_one_line_error(tmp_path):
+    (tmp_path / "run.json").write_text(json.dumps({"algo": "HCA", "credit": "hca", "seed": 0}))
+    (tmp_path / "results.jsonl").write_text("")
+    proc = run_cli("train", "--resume", "--output", str(tmp_path), timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "was not made by `hca-rllib train`" in proc.stderr
+
+
 def test_evaluate_a_real_run_with_video(trained_run, tmp_path):
     video = tmp_path / "game.gif"
     proc = run_cli("evaluate", str(trained_run), "--episodes", "3", "--greedy", "--video", str(video),

@@ -96,6 +96,15 @@ def test_checkpoints_are_atomic_verified_and_pruned(small_algo, tmp_path):
     assert "skipping checkpoint iter_000008" in warnings[0] and "is missing" in warnings[0]
     with pytest.raises(CheckpointError, match="does not exist"):
         verify_checkpoint(tmp_path / "nope")
+    # In a run directory every checkpoint has its hashes: one without (a half-written or
+    # half-deleted directory) or with unreadable metadata is skipped, not trusted.
+    (tmp_path / "checkpoints" / "iter_000006" / "hca_checkpoint.json").unlink()
+    save_checkpoint(small_algo, tmp_path, 10, 640, keep=5)
+    (tmp_path / "checkpoints" / "iter_000010" / "hca_checkpoint.json").write_bytes(b"\xff\xfe\x00garbage")
+    found = newest_valid_checkpoint(tmp_path, warnings.append)
+    assert found.name == "iter_000004"
+    assert any("iter_000010" in w and "unreadable" in w for w in warnings)
+    assert any("iter_000006" in w and "not a complete checkpoint" in w for w in warnings)
 
 
 def test_rng_state_round_trips(small_algo, tmp_path):

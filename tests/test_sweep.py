@@ -99,6 +99,12 @@ def test_tuned_example_sweeps_are_valid(which, trials):
     assert len(variants) == trials
     assert {v["hindsight_loss_coeff"] for v in variants if v["credit"] == "a2c"} == {0.0}
     assert {v["hindsight_loss_coeff"] for v in variants if v["credit"] != "a2c"} == {1.0}
+    if which == "atari":  # the tuned example's settings, not a hand copy that can drift
+        from tuned_examples.common import atari_config
+
+        tuned = atari_config("Pong", num_env_runners=2)
+        for key, value in kwargs["overrides"].items():
+            assert getattr(tuned, key) == value, key
     for env in kwargs["envs"]:  # every trial's config validates
         config = HCAConfig().update_from_dict({**kwargs["overrides"], "env": env})
         config.validate()

@@ -30,6 +30,9 @@ ALGORITHMS = ("HCA", "A2C")
 ATARI_NUM_ENVS = 16
 ATARI_ROLLOUT = 5
 ATARI_BUDGET = 10_000_000  # agent steps (= 40M frames at frameskip 4)
+# One reported iteration = at least this many env steps (25 updates of 80): results lines,
+# checkpoints (every 10 iterations) and Tune reports stay cheap next to the training.
+ATARI_STEPS_PER_ITERATION = 2000
 
 # The project's A2C defaults on vector / small-image tasks: 8 envs x 64-step rollouts.
 MINATAR_NUM_ENVS = 8
@@ -71,6 +74,7 @@ def atari_config(game: str, algo: str = "HCA", credit: Optional[str] = None, *,
     config.environment(f"atari/{game}", frame_stack=4)
     # ale-py's C++ vector env steps all of a runner's envs (threads: ale-py decides).
     config.env_runners(gym_env_vectorize_mode="vector_entry_point")
+    config.reporting(min_sample_timesteps_per_iteration=ATARI_STEPS_PER_ITERATION)
     _batch(config, ATARI_NUM_ENVS, ATARI_ROLLOUT, num_env_runners)
     config.training(
         lr=7e-4,

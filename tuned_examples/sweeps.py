@@ -24,6 +24,7 @@ from tuned_examples.common import (  # noqa: E402
     ATARI_BUDGET,
     ATARI_NUM_ENVS,
     ATARI_ROLLOUT,
+    ATARI_STEPS_PER_ITERATION,
     MINATAR_NUM_ENVS,
     MINATAR_ROLLOUT,
 )
@@ -41,7 +42,8 @@ SWEEPS = {
         "rollout": ATARI_ROLLOUT,
         "metric": "env_runners/game_return_mean",
         "overrides": {"gym_env_vectorize_mode": "vector_entry_point", "entropy_coeff": 0.01,
-                      "vf_loss_coeff": 0.25},
+                      "vf_loss_coeff": 0.25,
+                      "min_sample_timesteps_per_iteration": ATARI_STEPS_PER_ITERATION},
     },
     "minatar": {
         "envs": [f"minatar/{game}" for game in MINATAR_GAMES],
