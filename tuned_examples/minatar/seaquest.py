@@ -5,11 +5,8 @@ set, sticky actions 0.1, difficulty ramping), MinAtar's network (one 3x3 conv wi
 channels and a 128-unit dense layer). No frame stack, no reward clipping; the score is the episode
 return (``score`` in results.jsonl).
 
-Hyperparameters: the project's A2C defaults, 8 envs x 64-step rollouts (train batch 512
-per EnvRunner), RMSprop lr 7e-4 eps 1e-5 alpha 0.99, gamma 0.99, lambda 1, value
-coefficient 0.5, entropy 0.01, gradient clip 0.5 (global norm), no advantage
-normalisation. HCA keeps these and adds its hindsight classifier with the project's
-defaults.
+Hyperparameters: ``tuned_examples/common.py`` (``minatar_config``) and
+``tuned_examples/README.md``.
 
 Budget: 2M env steps, chosen to fit a 2-core machine: the two 300k-step runs under
 Expected went at 3,954-4,209 env steps/s (a shared machine, one run at a time), so the
