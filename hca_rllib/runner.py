@@ -241,10 +241,14 @@ def restore_rng_state(path: Path) -> None:
 
 
 class TensorBoardLogger:
-    def __init__(self, directory: Path):
+    """Scalars against env steps. On resume, `purge_step` (the first step after the
+    checkpoint) tells TensorBoard to hide the killed run's points from there on, so the
+    curves do not overlap where iterations are run again."""
+
+    def __init__(self, directory: Path, purge_step: Optional[int] = None):
         from tensorboardX import SummaryWriter
 
-        self.writer = SummaryWriter(str(directory))
+        self.writer = SummaryWriter(str(directory), purge_step=purge_step)
 
     def log(self, line: Dict[str, Any]) -> None:
         for key, value in line.items():
@@ -436,7 +440,8 @@ def run_training(
         run_json.write_text(json.dumps(info, indent=1, default=repr))
 
         if tensorboard:
-            loggers.append(TensorBoardLogger(run_dir / "tensorboard"))
+            purge = kept[-1]["env_steps"] + 1 if (checkpoint is not None and kept) else None
+            loggers.append(TensorBoardLogger(run_dir / "tensorboard", purge_step=purge))
         if mode is not None:
             group = f"{info.get('env')}:{info.get('credit')}"
             name = f"{info.get('env')}:{info.get('credit')}:seed{info.get('seed')}"

@@ -141,3 +141,40 @@ def test_tune_logs_to_wandb_offline_through_rays_callback(ray_local, tmp_path, m
     runs = [p for p in tmp_path.rglob("offline-run-*") if p.is_dir()]
     assert runs and any(f.suffix == ".wandb" for f in runs[0].iterdir())
     assert os.environ.get("WANDB_API_KEY") is None
+
+
+def _tensorboard_events(directory):
+    """Every Event in the TFRecord files below `directory` (length, crc, data, crc)."""
+    import struct
+
+    from tensorboardX.proto import event_pb2
+
+    events = []
+    for path in sorted(directory.glob("events.out.tfevents.*")):
+        data = path.read_bytes()
+        offset = 0
+        while offset + 12 <= len(data):
+            (length,) = struct.unpack("<Q", data[offset:offset + 8])
+            event = event_pb2.Event()
+            event.ParseFromString(data[offset + 12: offset + 12 + length])
+            events.append(event)
+            offset += 12 + length + 4
+    return events
+
+
+def test_tensorboard_resume_purges_points_after_the_checkpoint(tmp_path):
+    from hca_rllib.runner import TensorBoardLogger
+
+    first = TensorBoardLogger(tmp_path)
+    for steps in (100, 200, 300):
+        first.log({"iteration": steps // 100, "env_steps": steps, "score": float(steps)})
+    first.close()
+    resumed = TensorBoardLogger(tmp_path, purge_step=201)  # checkpoint at 200 steps
+    resumed.log({"iteration": 3, "env_steps": 300, "score": -1.0})
+    resumed.close()
+    events = _tensorboard_events(tmp_path)
+    starts = [e for e in events if e.HasField("session_log") and e.session_log.status == e.session_log.START]
+    assert [e.step for e in starts] == [201]  # TensorBoard drops earlier-file points at >= 201
+    scores = [(e.step, e.summary.value[0].simple_value) for e in events
+              if e.HasField("summary") and e.summary.value and e.summary.value[0].tag == "score"]
+    assert scores[-1] == (300, -1.0)
