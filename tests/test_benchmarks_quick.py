@@ -137,3 +137,17 @@ def test_env_throughput_quick(tmp_path):
     data = json.loads((tmp_path / "results.json").read_text())
     text = json.dumps(data)
     assert "raw_ale" in text and "native_8" in text and "python_sync_8" in text
+
+
+def test_throughput_quick(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "throughput.py"), "--quick", "--out", str(tmp_path)],
+        cwd=REPO, capture_output=True, text=True, timeout=400,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    data = json.loads((tmp_path / "results.json").read_text())
+    for method in ("a2c", "hca", "c2a2c", "mix"):
+        assert data["summary"][method]["steps_per_s_median"] > 0
+    assert data["summary"]["a2c"]["ratio_to_a2c_median"] == 1.0
+    assert {t["target"] for t in data["targets"]} >= {"hca >= 0.9 x A2C", "A2C >= RLlib PPO (1 epoch)"}
+    assert (tmp_path / "summary.md").is_file()
