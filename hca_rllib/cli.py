@@ -76,25 +76,18 @@ TRAIN_ARGS = ("algo", "credit", "env", "seed", "num_env_runners", "num_envs_per_
 
 
 def train(args: argparse.Namespace) -> int:
-    from hca_rllib.runner import run_training
+    from hca_rllib.runner import run_training, stored_run_settings
 
     output = Path(args.output)
-    run_json = output / "run.json"
-    if args.resume:
-        if not run_json.exists():
-            raise UsageError(f"nothing to resume in {str(output)!r}: it has no run.json")
-        stored = json.loads(run_json.read_text()).get("args") or {}
-        missing = [key for key in TRAIN_ARGS if key not in stored]
-        if missing:
-            raise UsageError(f"{str(output)!r} was not made by `hca-rllib train` (its run.json lacks "
-                             f"{missing}): resume it with the script that made it")
-        for key in TRAIN_ARGS:  # the run's own settings; only the budget may change
-            setattr(args, key, stored[key])
-        if args.stop_timesteps is None:
-            args.stop_timesteps = stored["stop_timesteps"]
-    elif run_json.exists() and (output / "results.jsonl").exists():
-        raise UsageError(f"{str(output)!r} already holds a run: pass --resume to continue it, "
-                         f"or choose another --output")
+    try:
+        stored = stored_run_settings(output, args.resume, TRAIN_ARGS, "hca-rllib train")
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    stop = stored.pop("stop_timesteps", None)
+    for key, value in stored.items():  # the run's own settings; only the budget may change
+        setattr(args, key, value)
+    if args.stop_timesteps is None:
+        args.stop_timesteps = stop
     if args.stop_timesteps is None:
         args.stop_timesteps = 100_000
     if args.stop_timesteps <= 0:

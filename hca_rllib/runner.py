@@ -346,6 +346,31 @@ def _duration(seconds: float) -> str:
 # ------------------------------------------------------------------ the loop
 
 
+def stored_run_settings(run_dir: Path, resume: bool, keys, made_by: str) -> Dict[str, Any]:
+    """The settings a start in `run_dir` must reuse, for the CLI and the tuned examples.
+
+    Without `resume`: none, and a directory that already holds a run is refused. With it:
+    the run's own `keys` from `run.json` (written by `made_by`) and its `stop_timesteps`;
+    only the budget may change. Raises ValueError with a one-line reason."""
+    run_dir = Path(run_dir)
+    run_json = run_dir / "run.json"
+    if not resume:
+        if run_json.exists() and (run_dir / "results.jsonl").exists():
+            raise ValueError(f"{str(run_dir)!r} already holds a run: pass --resume to continue it, "
+                             f"or choose another --output")
+        return {}
+    if not run_json.exists():
+        raise ValueError(f"nothing to resume in {str(run_dir)!r}: it has no run.json")
+    data = json.loads(run_json.read_text())
+    stored = data.get("args") or {}
+    missing = [key for key in keys if key not in stored]
+    if missing:
+        raise ValueError(f"{str(run_dir)!r} was not made by `{made_by}` (its run.json lacks "
+                         f"{missing}): resume it with the script that made it")
+    return {**{key: stored[key] for key in keys}, "stop_timesteps": data.get("stop_timesteps")}
+
+
+
 def init_ray(address: Optional[str] = None) -> None:
     """Connect to `address` (or RAY_ADDRESS); else start an embedded Ray bound to loopback,
     with this machine's CPUs and an object store of a tenth of its memory (0.3-2 GiB)."""

@@ -16,7 +16,6 @@ Every script in `tuned_examples/atari/` and `tuned_examples/minatar/` is both
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 from pathlib import Path
@@ -151,7 +150,7 @@ def main(make_config: Callable[..., Any], *, budget: int, expected: Dict[str, An
          default_output: str, argv=None, description: str = "") -> Dict[str, Any]:
     """Parse the command line, build `make_config(algo, credit, num_env_runners=...)`,
     seed it and train it with `hca_rllib.runner.run_training`; returns the last results line."""
-    from hca_rllib.runner import run_training
+    from hca_rllib.runner import run_training, stored_run_settings
 
     parser = make_parser(budget, default_output, description)
     args = parser.parse_args(argv)
@@ -159,19 +158,15 @@ def main(make_config: Callable[..., Any], *, budget: int, expected: Dict[str, An
         credit = args.credit or ("a2c" if args.algo == "A2C" else "hca")
         args.output = f"{default_output}_{args.algo.lower()}_{credit}_seed{args.seed}"
     output = Path(args.output)
-    run_json = output / "run.json"
-    if args.resume:
-        if not run_json.exists():
-            parser.error(f"nothing to resume in {str(output)!r}: it has no run.json")
-        stored = json.loads(run_json.read_text()).get("args", {})
-        for key in RUN_ARGS:  # the run's own settings; only the budget may change
-            if key in stored:
-                setattr(args, key, stored[key])
-        if args.stop_timesteps is None:
-            args.stop_timesteps = json.loads(run_json.read_text()).get("stop_timesteps")
-    elif run_json.exists() and (output / "results.jsonl").exists():
-        parser.error(f"{str(output)!r} already holds a run: pass --resume to continue it, "
-                     f"or choose another --output")
+    try:
+        stored = stored_run_settings(output, args.resume, RUN_ARGS, f"python {sys.argv[0]}")
+    except ValueError as error:
+        parser.error(str(error))
+    stop = stored.pop("stop_timesteps", None)
+    for key, value in stored.items():  # the run's own settings; only the budget may change
+        setattr(args, key, value)
+    if args.stop_timesteps is None:
+        args.stop_timesteps = stop
     if args.stop_timesteps is None:
         args.stop_timesteps = budget
     if args.stop_timesteps <= 0:
