@@ -69,7 +69,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -239,21 +239,42 @@ def _probe(algo, probe: Optional[Dict[str, Any]]) -> Optional[float]:
     return float(probs[0, probe["good_action"]])
 
 
-def run_one(task: str, method: str, seed: int, total_steps: int) -> Dict[str, Any]:
-    import ray
-    import torch
-
+def default_base_config(spec: Dict[str, Any]):
+    """The package defaults on `spec`'s env: one local EnvRunner with `N_ENVS` envs and
+    `BATCH` env steps (one gradient step) per iteration."""
     from hca_rllib import HCAConfig
 
-    spec = TASKS[task]
-    last_k = spec["last_k"]
-    load_start = machine_note().get("loadavg_1_5_15")
-    t_start = time.perf_counter()
-    config = (
+    return (
         HCAConfig()
         .environment(spec["env_id"], env_config=copy.deepcopy(spec["env_config"]))
         .env_runners(num_env_runners=0, num_envs_per_env_runner=N_ENVS)
-        .training(train_batch_size_per_learner=BATCH, **METHODS[method])
+        .training(train_batch_size_per_learner=BATCH)
+    )
+
+
+def run_one(task: str, method: str, seed: int, total_steps: int) -> Dict[str, Any]:
+    return run_spec(task, TASKS[task], method, METHODS[method], seed, total_steps)
+
+
+def run_spec(task: str, spec: Dict[str, Any], method: str, overrides: Dict[str, Any],
+             seed: int, total_steps: int,
+             base_config: Optional[Callable[[Dict[str, Any]], Any]] = None,
+             settings_note: str = "hca_rllib defaults") -> Dict[str, Any]:
+    """Train `base_config(spec)` (default: `default_base_config`) with the `.training()`
+    `overrides` of `method` and seed `seed` for `total_steps` env steps on one local
+    EnvRunner; returns the run's record (final score, curve, diagnostics, timings).
+
+    `spec`: `env_id`, `env_config`, `last_k` (final-score window in episodes) and
+    `probe` (None, or the start observation and optimal action to read pi at)."""
+    import ray
+    import torch
+
+    last_k = spec["last_k"]
+    load_start = machine_note().get("loadavg_1_5_15")
+    t_start = time.perf_counter()
+    config = (base_config or default_base_config)(spec)
+    config = (
+        config.training(**overrides)
         .callbacks(episode_return_callback_class())
         .debugging(seed=seed)
     )
@@ -298,10 +319,11 @@ def run_one(task: str, method: str, seed: int, total_steps: int) -> Dict[str, An
     return {
         "task": task, "method": method, "seed": seed,
         "env_id": spec["env_id"], "env_config": _json_roundtrip(spec["env_config"]),
-        "overrides": _json_roundtrip(METHODS[method]),
+        "overrides": _json_roundtrip(overrides),
         "target_env_steps": total_steps,
         "final_score": window_mean(returns, last_k),
-        "final_score_definition": final_score_definition(task),
+        "final_score_definition": (f"mean undiscounted return of the last {last_k} "
+                                   "completed episodes of the run"),
         "final_score_num_episodes": min(last_k, len(returns)),
         "num_episodes": len(returns),
         "env_steps": env_steps,
@@ -319,10 +341,12 @@ def run_one(task: str, method: str, seed: int, total_steps: int) -> Dict[str, An
         "diagnostics": diagnostics,
         "episodes": {"return": returns, "length": lengths},
         "env_check": env_check,
-        "settings": {"config": "HCAConfig", "num_env_runners": 0,
-                     "num_envs_per_env_runner": N_ENVS, "train_batch_size_per_learner": BATCH,
+        "settings": {"config": type(config).__name__,
+                     "num_env_runners": config.num_env_runners,
+                     "num_envs_per_env_runner": config.num_envs_per_env_runner,
+                     "train_batch_size_per_learner": config.train_batch_size_per_learner,
                      "rollout_fragment_length": config.get_rollout_fragment_length(),
-                     "other": "hca_rllib defaults"},
+                     "other": settings_note},
         "versions": {"ray": ray.__version__, "torch": torch.__version__},
         "torch_num_threads": torch.get_num_threads(),
         "machine": {**machine_note(), "loadavg_at_start": load_start},

@@ -211,3 +211,45 @@ def paired_difference(scores: Dict[int, float], baseline: Dict[int, float],
         "ci_method": (f"mean of paired per-seed differences, percentile bootstrap over "
                       f"seeds, {reps} resamples, seed {seed}"),
     }
+
+
+def paired_stratified_difference_ci(scores: np.ndarray, baseline: np.ndarray,
+                                    statistic: Callable[..., Any],
+                                    reps: int = BOOTSTRAP_REPS, seed: int = BOOTSTRAP_SEED,
+                                    level: float = 0.95) -> Tuple[float, float, float]:
+    """`statistic(scores) - statistic(baseline)` and its percentile CI under a paired
+    stratified bootstrap: `scores` and `baseline` are (seeds, tasks) with row `i` the same
+    seed in both; each resample draws seed indices with replacement within each task and
+    applies the same draw to both arrays (the runs of one seed were made side by side).
+    `statistic(x, axis=1)` reduces a (reps, seeds * tasks) array row by row."""
+    scores = np.asarray(scores, dtype=np.float64)
+    baseline = np.asarray(baseline, dtype=np.float64)
+    if scores.ndim == 1:
+        scores, baseline = scores[:, None], baseline[:, None]
+    if scores.shape != baseline.shape or scores.ndim != 2:
+        raise ValueError(f"scores {scores.shape} and baseline {baseline.shape} must both be "
+                         "(seeds, tasks) of the same shape")
+    point = float(np.asarray(statistic(scores.reshape(1, -1), axis=1)).reshape(-1)[0]
+                  - np.asarray(statistic(baseline.reshape(1, -1), axis=1)).reshape(-1)[0])
+    n, tasks = scores.shape
+    if n < 2:
+        return point, point, point
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, n, size=(reps, n, tasks))
+    a = np.take_along_axis(scores[None], idx, axis=1).reshape(reps, n * tasks)
+    b = np.take_along_axis(baseline[None], idx, axis=1).reshape(reps, n * tasks)
+    diffs = statistic(a, axis=1) - statistic(b, axis=1)
+    tail = 100 * (1 - level) / 2
+    low, high = (float(v) for v in np.percentile(diffs, [tail, 100 - tail]))
+    return point, low, high
+
+
+def average_probability_of_improvement(scores: np.ndarray, baseline: np.ndarray) -> float:
+    """rliable's probability of improvement over several tasks: `P(X > Y)` per task
+    (columns of the (seeds, tasks) arrays, ties half), averaged over the tasks."""
+    scores = np.asarray(scores, dtype=np.float64)
+    baseline = np.asarray(baseline, dtype=np.float64)
+    if scores.ndim == 1:
+        scores, baseline = scores[:, None], baseline[:, None]
+    return float(np.mean([probability_of_improvement(scores[:, t], baseline[:, t])
+                          for t in range(scores.shape[1])]))

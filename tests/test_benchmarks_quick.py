@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -151,3 +152,119 @@ def test_throughput_quick(tmp_path):
     assert data["summary"]["a2c"]["ratio_to_a2c_median"] == 1.0
     assert {t["target"] for t in data["targets"]} >= {"hca >= 0.9 x A2C", "A2C >= RLlib PPO (1 epoch)"}
     assert (tmp_path / "summary.md").is_file()
+
+
+# ------------------------------------------------ learning.py and credit_analysis.py
+
+BENCHMARKS = REPO / "benchmarks"
+
+
+def _import_benchmark(name: str):
+    import importlib
+
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
+    return importlib.import_module(name)
+
+
+def test_binary_shift_information_against_monte_carlo_and_limits():
+    ca = _import_benchmark("credit_analysis")
+    assert ca.binary_shift_information(0.0, 1.0) == 0.0
+    assert ca.binary_shift_information(1.0, 0.0) == pytest.approx(math.log(2))
+    assert ca.binary_shift_information(30.0, 1.0) == pytest.approx(math.log(2), abs=1e-6)
+    # weak signal: I ~ delta^2 / (8 sd^2) (the Fisher information of the shift)
+    assert ca.binary_shift_information(0.05, 1.0) == pytest.approx(0.05 ** 2 / 8, rel=0.02)
+    # Monte Carlo of E[log p(z|a) / p(z)] with the exact densities
+    rng = np.random.default_rng(0)
+    for delta, sd in ((1.0, 1.0), (2.0, 0.5), (1.5, 4.0)):
+        a = rng.integers(0, 2, size=400_000)
+        z = delta * a + rng.normal(0.0, sd, size=a.size)
+        p0 = np.exp(-0.5 * (z / sd) ** 2)
+        p1 = np.exp(-0.5 * ((z - delta) / sd) ** 2)
+        log_ratio = np.log(np.where(a == 1, p1, p0) / (0.5 * (p0 + p1)))
+        mc = log_ratio.mean()
+        stderr = log_ratio.std() / math.sqrt(a.size)
+        assert abs(ca.binary_shift_information(delta, sd) - mc) < 4 * stderr + 1e-4, (delta, sd)
+
+
+def test_fragment_visible_fraction_brute_force():
+    """Episodes of a fixed length played back to back and cut into 64-step fragments:
+    the share whose first step and last step fall in the same fragment."""
+    ca = _import_benchmark("credit_analysis")
+    for length in (1, 11, 31, 61, 63, 65):
+        starts = np.arange(64 * 64) * length  # odd lengths visit every offset equally
+        visible = (starts // 64) == ((starts + length - 1) // 64)
+        assert ca.fragment_visible_fraction(length) == pytest.approx(visible.mean()), length
+
+
+def test_decision_information_closed_forms():
+    ca = _import_benchmark("credit_analysis")
+    info = ca.decision_information("delayed_effect", {"length": 4, "noise_std": 0.0})
+    assert info["delta"] == pytest.approx(2 * 0.99 ** 4) and info["noise_sd"] == 0.0
+    assert info["information"] == pytest.approx(math.log(2)) and info["episode_length"] == 5
+    info = ca.decision_information("delayed_effect", {"length": 2, "noise_std": 3.0})
+    assert info["noise_sd"] == pytest.approx(3.0 * math.sqrt(0.99 ** 2 + 0.99 ** 4))
+    # key-to-door: per apple step, picked with prob 0.15 for reward N(1, s^2)
+    info = ca.decision_information("key_to_door", {"distractor_length": 1, "apple_noise_std": 2.0})
+    assert info["noise_sd"] == pytest.approx(math.sqrt((0.15 * 5 - 0.15 ** 2) * 0.99 ** 2))
+    assert info["delta"] == pytest.approx(5 * 0.99 ** 2)
+    # every setting of the sweep is on the axes it claims, and information falls along them
+    settings = ca.SETTINGS
+    de_delay = [ca.decision_information("delayed_effect", settings[f"delayed_effect_L{n}_sd1"]["env_config"])
+                ["information"] for n in (3, 10, 30, 60)]
+    assert de_delay == sorted(de_delay, reverse=True)
+
+
+def test_learning_quick(tmp_path):
+    """`benchmarks/learning.py --quick`: MinAtar Breakout and bsuite umbrella, a2c and hca,
+    2 seeds, 3k steps; cell files, resume (a second call makes no run), the summary's
+    aggregates and targets."""
+    pytest.importorskip("matplotlib")
+    script = str(BENCHMARKS / "learning.py")
+    proc = subprocess.run([sys.executable, script, "--quick", "--out", str(tmp_path)],
+                          cwd=REPO, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    for task in ("minatar_Breakout", "umbrella_length_10"):
+        assert json.loads((tmp_path / task / "random.json").read_text())["episodes"] == 5
+        for method in ("a2c", "hca"):
+            for seed in (0, 1):
+                run = json.loads((tmp_path / task / f"{method}_seed{seed}.json").read_text())
+                assert (run["task"], run["method"], run["seed"]) == (task, method, seed)
+                assert _finite(run["final_score"]) and 3_000 <= run["env_steps"] < 4_000
+    again = subprocess.run([sys.executable, script, "--quick", "--out", str(tmp_path)],
+                           cwd=REPO, capture_output=True, text=True, timeout=400)
+    assert again.returncode == 0 and again.stdout.count("(stored)") == 8, again.stdout[-2000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    for domain in ("bsuite", "MinAtar"):
+        agg = summary["domains"][domain]
+        assert agg["seeds"] == [0, 1] and len(agg["tasks"]) == 1
+        hca = agg["methods"]["hca"]
+        lo, hi = hca["iqm_ci"]
+        assert lo <= hca["iqm"] <= hi and 0.0 <= hca["probability_of_improvement"] <= 1.0
+        assert _finite(hca["iqm_difference_vs_a2c"]["point"])
+    norm = summary["normalisation"]["umbrella_length_10"]
+    assert norm["reference"] == 1.0 and norm["reference_source"] == "optimal expected return"
+    text = (tmp_path / "summary.md").read_text()
+    assert "## Targets" in text and "| umbrella_length_10 | hca |" in text
+    for name in ("curves_minatar.png", "curves_bsuite.png", "aggregates.png"):
+        assert (tmp_path / name).stat().st_size > 0, name
+
+
+def test_credit_analysis_quick(tmp_path):
+    pytest.importorskip("matplotlib")
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "credit_analysis.py"), "--quick",
+                           "--out", str(tmp_path)],
+                          cwd=REPO, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert set(summary["settings"]) == {"delayed_effect_L3_sd1", "key_to_door_L5_sd1"}
+    for name, entry in summary["settings"].items():
+        assert 0.0 < entry["information"]["information"] < math.log(2)
+        for method in ("a2c", "hca_pure"):
+            stats = entry["methods"][method]
+            assert len(stats["p_good"]) == 2 and all(0.0 <= p <= 1.0 for p in stats["p_good"])
+        assert _finite(entry["methods"]["a2c"]["mutual_information_last10"])
+        assert _finite(entry["methods"]["hca_pure"]["vs_a2c"]["mean"])
+        run = json.loads((tmp_path / name / "a2c_seed0.json").read_text())
+        assert run["env_check"]["env_config_reached"] is True
+    assert (tmp_path / "credit_analysis.png").stat().st_size > 0

@@ -106,6 +106,35 @@ def test_optimality_gap():
     assert stats.optimality_gap_ci(np.full(5, 2.0)) == (0.0, 0.0, 0.0)
 
 
+def test_paired_stratified_difference_ci_brute_force():
+    """Paired resampling: a constant shift gives a zero-width interval at the shift, and
+    with 2 seeds x 1 task the 4 equally likely paired resamples give the exhaustive
+    distribution of the mean difference (an unpaired bootstrap would be wider)."""
+    base = np.array([[0.0, 10.0], [4.0, 2.0], [1.0, 7.0]])
+    point, low, high = stats.paired_stratified_difference_ci(base + 0.5, base, np.mean)
+    assert point == pytest.approx(0.5) and low == pytest.approx(0.5) and high == pytest.approx(0.5)
+    a, b = np.array([3.0, 1.0]), np.array([0.0, 0.0])  # differences 3 and 1
+    exhaustive = [np.mean([[3.0, 1.0][i] for i in idx])
+                  for idx in itertools.product(range(2), repeat=2)]
+    assert sorted(exhaustive) == [1.0, 2.0, 2.0, 3.0]  # each atom of mass >= 1/4
+    point, low, high = stats.paired_stratified_difference_ci(a, b, np.mean, reps=20_000)
+    assert (point, low, high) == (pytest.approx(2.0), pytest.approx(1.0), pytest.approx(3.0))
+    # the IQM difference of a method better on every seed of every task is above 0
+    rng = np.random.default_rng(0)
+    base = rng.normal(size=(5, 3))
+    point, low, high = stats.paired_stratified_difference_ci(base + 1.0, base, stats.iqm)
+    assert low > 0 and point == pytest.approx(stats.iqm((base + 1.0).ravel()) - stats.iqm(base.ravel()))
+    with pytest.raises(ValueError, match="same shape"):
+        stats.paired_stratified_difference_ci(base, base[:, :2], np.mean)
+
+
+def test_average_probability_of_improvement_by_hand():
+    x = np.array([[1.0, 0.0], [3.0, 0.0]])  # task 0: {1, 3}; task 1: {0, 0}
+    y = np.array([[2.0, 0.0], [2.0, 1.0]])  # task 0: {2, 2}; task 1: {0, 1}
+    # task 0: pairs (1>2? no, no, 3>2 yes, yes) = 2/4; task 1: (0 vs 0 tie .5, 0 vs 1 no) x2 = 1/4
+    assert stats.average_probability_of_improvement(x, y) == pytest.approx((0.5 + 0.25) / 2)
+
+
 def test_bootstrap_band_one_row_and_shape():
     curves = np.array([[1.0, 2.0, 3.0]])
     mean, low, high = stats.bootstrap_band(curves)

@@ -1,0 +1,459 @@
+"""Credit analysis: where each credit mode helps and where it fails, against information.
+
+Two known-answer tasks, each swept along two axes (delay and noise), every setting run
+with every method on the same seeds, budget and machine:
+
+  * delayed effect (`HCA/DelayedEffect-v0`): the first action decides +1/-1 paid
+    `length` steps later; each chain step pays N(0, noise_std^2). Settings:
+    length 3, 10, 30, 60 at noise_std 1, and noise_std 0, 2, 4 at length 30.
+  * key-to-door (`HCA/KeyToDoor-v0`): picking the key at step 1 pays 5 at the door
+    `distractor_length + 1` steps later; apples (p 0.3, reward N(1, apple_noise_std^2))
+    in between are the distractor. Settings: distractor_length 5, 20, 40 at
+    apple_noise_std 1, and apple_noise_std 0, 3, 6 at distractor_length 20.
+
+Methods: `a2c` (classifier trained for the diagnostics only), `hca`, `hca_pure`
+(`reliability_z=None`: no fallback toward A2C), `c2a2c` and `mix`; package defaults
+otherwise (8 envs x 64-step rollouts, one update per iteration), 30k env steps per run,
+seeds 0..4.
+
+Score: the learned policy's probability of the optimal first action (first action 0 /
+pick the key) at the start state at the end of training, read from the learner's module.
+It measures the credit the decision received, without the return noise the tasks add on
+purpose (the expected return is affine in it: 2p - 1 for the delayed effect, apples +
+5p for key-to-door). The mean return of the last 100 episodes is stored too.
+
+Information axis. `information_at_decision` gives `I(A; Z | S_0)` at the decision state
+under the uniform policy, in nats, for the discounted return-to-go `Z` (gamma 0.99): the
+effect of the first action is a shift `delta` (gamma^length for the delayed effect,
+5 gamma^(L+1) for key-to-door) in noise of standard deviation `sd` (the discounted chain
+or apple rewards), `I = binary_shift_information(delta, sd)` (exact for the delayed
+effect, where the noise is Gaussian; a Gaussian approximation of the apple sum for
+key-to-door). Two things make it smaller for the learner than the formula says:
+(1) the return is cut at the 64-step rollout boundary and bootstrapped with V(s), which
+cannot see the first action (its observation is the same for every chain step), so only
+the share `fragment_visible_fraction` of decisions whose episode ends inside the same
+fragment carries the information; (2) the classifier's own estimate, the diagnostic
+`info/mutual_information` (a mean over *all* steps of the batch, most of which carry no
+information about the decision). Both are in the tables and plots.
+
+Reproduce (from the repository root):
+
+    .venv/bin/python benchmarks/credit_analysis.py --time-limit-min 60   # resumable
+    .venv/bin/python benchmarks/credit_analysis.py --report-only
+    .venv/bin/python benchmarks/credit_analysis.py --quick               # smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+for _path in (str(REPO), str(BENCH_DIR)):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+
+from common import (  # noqa: E402
+    RAY_INIT_KWARGS,
+    bootstrap_ci,
+    command_line,
+    load_runs,
+    matplotlib_pyplot,
+    nan_mean,
+    paired_difference,
+    run_plan,
+    write_json,
+)
+from credit_modes import N_ENVS, run_spec  # noqa: E402
+
+DEFAULT_OUT = REPO / "benchmarks" / "results" / "credit_analysis"
+RESULTS_ROOT = REPO / "benchmarks" / "results"
+GAMMA = 0.99
+ROLLOUT = 64
+STEPS = 30_000
+FULL_SEEDS = 5
+LAST_K = 100
+BASELINE = "a2c"
+QUICK_STEPS = 2_000
+DIAGNOSTICS_WINDOW = 10
+
+METHODS: Dict[str, Dict[str, Any]] = {
+    "a2c": {"credit": "a2c", "hindsight_loss_coeff": 1.0},
+    "hca": {"credit": "hca"},
+    "hca_pure": {"credit": "hca", "reliability_z": None},
+    "c2a2c": {"credit": "c2a2c"},
+    "mix": {"credit": "mix"},
+}
+COLORS = {"a2c": "black", "hca": "tab:blue", "hca_pure": "tab:cyan", "c2a2c": "tab:orange",
+          "mix": "tab:purple"}
+KEY_TO_DOOR_FIXED = {"apple_prob": 0.3, "apple_reward": 1.0, "door_reward": 5.0}
+
+
+# ------------------------------------------------------------------- information
+
+
+def binary_shift_information(delta: float, sd: float, points: int = 20_001) -> float:
+    """`I(A; Z)` in nats for `A` uniform on {0, 1} and `Z = delta * A + N(0, sd^2)`.
+
+    `log 2` when the shift is visible without noise (`sd == 0 < |delta|`), 0 when there is
+    no shift. Otherwise `h(Z) - h(Z | A)` by numerical integration of the two-Gaussian
+    mixture on a grid of +-12 sd around the means."""
+    delta, sd = abs(float(delta)), float(sd)
+    if delta == 0.0:
+        return 0.0
+    if sd == 0.0:
+        return math.log(2.0)
+    z = np.linspace(-12 * sd, delta + 12 * sd, points)
+    norm = 1.0 / (sd * math.sqrt(2 * math.pi))
+    p0 = norm * np.exp(-0.5 * (z / sd) ** 2)
+    p1 = norm * np.exp(-0.5 * ((z - delta) / sd) ** 2)
+    mix = 0.5 * (p0 + p1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        integrand = 0.5 * p0 * np.log(np.where(p0 > 0, p0 / mix, 1.0)) \
+            + 0.5 * p1 * np.log(np.where(p1 > 0, p1 / mix, 1.0))
+    return float(max(0.0, np.trapezoid(integrand, z)))
+
+
+def fragment_visible_fraction(episode_length: int, rollout: int = ROLLOUT) -> float:
+    """Share of decisions (first steps of episodes) whose episode ends in the same
+    `rollout`-step fragment, for episode starts spread uniformly over the fragment:
+    `max(0, rollout - episode_length + 1) / rollout`. Only their return sees the effect;
+    the others are bootstrapped with V(s) of a chain state, which cannot know it."""
+    return max(0, rollout - episode_length + 1) / rollout
+
+
+def decision_information(task: str, config: Dict[str, Any], gamma: float = GAMMA
+                         ) -> Dict[str, float]:
+    """Shift, noise sd and `I(A; Z | S_0)` at the decision state under the uniform policy
+    (see the module docstring), plus the fragment-visible share and episode length."""
+    if task == "delayed_effect":
+        length, noise = config["length"], config["noise_std"]
+        delta = 2.0 * gamma ** length  # +1 vs -1 at step `length`
+        sd = noise * math.sqrt(sum(gamma ** (2 * t) for t in range(1, length + 1)))
+        episode_length = length + 1
+    elif task == "key_to_door":
+        length = config["distractor_length"]
+        p = config.get("apple_prob", 0.3) * 0.5  # apple present and picked (uniform policy)
+        mu, s2 = config.get("apple_reward", 1.0), config.get("apple_noise_std", 0.0) ** 2
+        per_step_var = p * (s2 + mu * mu) - (p * mu) ** 2
+        sd = math.sqrt(per_step_var * sum(gamma ** (2 * t) for t in range(1, length + 1)))
+        delta = config.get("door_reward", 5.0) * gamma ** (length + 1)
+        episode_length = length + 2
+    else:
+        raise ValueError(f"unknown task {task!r}")
+    info = binary_shift_information(delta, sd)
+    visible = fragment_visible_fraction(episode_length)
+    return {"delta": delta, "noise_sd": sd, "information": info,
+            "fragment_visible_fraction": visible, "episode_length": episode_length,
+            "information_visible": info * visible}
+
+
+# -------------------------------------------------------------------------- grid
+
+
+def _setting(task: str, config: Dict[str, Any], axis: str) -> Dict[str, Any]:
+    if task == "delayed_effect":
+        name = f"delayed_effect_L{config['length']}_sd{config['noise_std']:g}"
+        spec = {"env_id": "HCA/DelayedEffect-v0", "env_config": dict(config),
+                "probe": {"obs": [1.0, 0.0], "good_action": 0,
+                          "what": "pi(first action 0 | start)"}}
+    else:
+        name = f"key_to_door_L{config['distractor_length']}_sd{config['apple_noise_std']:g}"
+        spec = {"env_id": "HCA/KeyToDoor-v0", "env_config": {**KEY_TO_DOOR_FIXED, **config},
+                "probe": {"obs": [1.0, 0.0, 0.0, 0.0], "good_action": 1,
+                          "what": "pi(PICK key | key room)"}}
+    return {"name": name, "task": task, "axis": axis, **spec, "last_k": LAST_K}
+
+
+def settings() -> Dict[str, Dict[str, Any]]:
+    """Every setting of the sweep by name; a setting on both axes appears once."""
+    out: Dict[str, Dict[str, Any]] = {}
+    grid = (
+        [("delayed_effect", {"length": n, "noise_std": 1.0}, "delay") for n in (3, 10, 30, 60)]
+        + [("delayed_effect", {"length": 30, "noise_std": s}, "noise") for s in (0.0, 2.0, 4.0)]
+        + [("key_to_door", {"distractor_length": n, "apple_noise_std": 1.0}, "delay")
+           for n in (5, 20, 40)]
+        + [("key_to_door", {"distractor_length": 20, "apple_noise_std": s}, "noise")
+           for s in (0.0, 3.0, 6.0)]
+    )
+    for task, config, axis in grid:
+        setting = _setting(task, config, axis)
+        out.setdefault(setting["name"], setting)
+    return out
+
+
+SETTINGS = settings()
+QUICK_SETTINGS = ("delayed_effect_L3_sd1", "key_to_door_L5_sd1")
+QUICK_METHODS = ("a2c", "hca_pure")
+
+
+def _axis_members(name: str) -> List[str]:
+    """Axes a setting lies on: the shared points (length 30 / sd 1; L 20 / sd 1) are on
+    both the delay and the noise sweep."""
+    s = SETTINGS[name]
+    axes = [s["axis"]]
+    if s["task"] == "delayed_effect" and s["env_config"] == {"length": 30, "noise_std": 1.0}:
+        axes = ["delay", "noise"]
+    if s["task"] == "key_to_door" and s["env_config"]["distractor_length"] == 20 \
+            and s["env_config"]["apple_noise_std"] == 1.0:
+        axes = ["delay", "noise"]
+    return axes
+
+
+# ---------------------------------------------------------------------------- run
+
+
+def result_path(out: Path, setting: str, method: str, seed: int) -> Path:
+    return out / setting / f"{method}_seed{seed}.json"
+
+
+def plan(names: Sequence[str], seeds: Sequence[int], methods: Sequence[str]):
+    return [(name, seed, method) for seed in seeds for name in names for method in methods]
+
+
+def run_all(args, out: Path, names, seeds, methods, steps: int) -> None:
+    import torch
+
+    ray_started = False
+
+    def run_item(item):
+        nonlocal ray_started
+        name, seed, method = item
+        if not ray_started:
+            import ray
+
+            ray.init(**RAY_INIT_KWARGS)
+            ray_started = True
+        torch.set_num_threads(args.torch_threads)
+        setting = SETTINGS[name]
+        data = run_spec(name, setting, method, METHODS[method], seed, steps)
+        data["setting"] = name
+        data["information"] = decision_information(setting["task"], setting["env_config"])
+        return data
+
+    def mismatch(item, stored):
+        name, _, method = item
+        if stored.get("env_config") != SETTINGS[name]["env_config"]:
+            return f"stored env_config {stored.get('env_config')} differs"
+        if stored.get("overrides") != METHODS[method]:
+            return f"stored overrides {stored.get('overrides')} differ"
+        return None
+
+    try:
+        run_plan(plan(names, seeds, methods),
+                 path_of=lambda item: result_path(out, item[0], item[2], item[1]),
+                 target_of=lambda item: steps,
+                 label_of=lambda item: f"{item[0]} {item[2]} seed{item[1]}",
+                 run_one=run_item, time_limit_min=args.time_limit_min,
+                 stored_mismatch=mismatch)
+    finally:
+        if ray_started:
+            import ray
+
+            ray.shutdown()
+
+
+# ---------------------------------------------------------------------- aggregate
+
+
+def aggregate(out: Path) -> Dict[str, Any]:
+    runs = load_runs(out, "*/*_seed*.json", ("setting", "method", "seed"))
+    summary: Dict[str, Any] = {"command": command_line(), "settings": {}}
+    for name in [n for n in SETTINGS if n in runs]:
+        setting = SETTINGS[name]
+        entry: Dict[str, Any] = {
+            "task": setting["task"], "env_config": setting["env_config"],
+            "axes": _axis_members(name),
+            "information": decision_information(setting["task"], setting["env_config"]),
+            "methods": {},
+        }
+        p_by_method: Dict[str, Dict[int, float]] = {}
+        for method in [m for m in METHODS if m in runs[name]]:
+            datas = dict(sorted(runs[name][method].items()))
+            p = {s: d["p_good_action_final"] for s, d in datas.items()}
+            p_by_method[method] = p
+            values = list(p.values())
+            mean, low, high = bootstrap_ci(values)
+            diag = {key: nan_mean(nan_mean(d["diagnostics"].get(key, [])[-DIAGNOSTICS_WINDOW:])
+                                  for d in datas.values())
+                    for key in ("info/mutual_information", "credit/reliability")}
+            entry["methods"][method] = {
+                "seeds": list(p), "p_good": values, "p_good_mean": mean,
+                "p_good_ci": [low, high],
+                "final_return_mean": nan_mean(d.get("final_score") for d in datas.values()),
+                "mutual_information_last10": diag["info/mutual_information"],
+                "reliability_last10": diag["credit/reliability"],
+            }
+        for method, stats in entry["methods"].items():
+            stats["vs_a2c"] = (None if method == BASELINE or BASELINE not in p_by_method else
+                               paired_difference(p_by_method[method], p_by_method[BASELINE]))
+        summary["settings"][name] = entry
+    write_json(out / "summary.json", summary)
+    (out / "summary.md").write_text(summary_markdown(summary))
+    plot(out, summary)
+    return summary
+
+
+def _fmt(value: Optional[float], digits: int = 2) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def summary_markdown(summary: Dict[str, Any]) -> str:
+    lines = [
+        "# Credit analysis: delay and noise against the information at the decision",
+        "",
+        f"Produced by: `{summary['command']}`; settings, score and information: the "
+        "docstring of `benchmarks/credit_analysis.py`.",
+        "",
+        "Score = pi(optimal first action | start) at the end of training (mean over seeds, "
+        "95% bootstrap CI); diff = paired per-seed difference to a2c (95% CI; **bold** when "
+        "it excludes 0). I(A;Z|S0) = information in the full discounted return at the "
+        "decision, uniform policy; visible = share of decisions whose return is not cut "
+        "at the 64-step fragment; MI diag = the classifier's batch-mean diagnostic under "
+        "a2c (last 10 iterations); w = hca's trust in the classifier (last 10 iterations).",
+        "",
+        "| setting | I(A;Z\\|S0) nats | visible | MI diag (a2c) | w (hca) | "
+        + " | ".join(METHODS) + " |",
+        "|---|---|---|---|---|" + "---|" * len(METHODS),
+    ]
+    for name, entry in summary["settings"].items():
+        info = entry["information"]
+        methods = entry["methods"]
+        cells = []
+        for method in METHODS:
+            s = methods.get(method)
+            if s is None:
+                cells.append("—")
+                continue
+            text = f"{s['p_good_mean']:.2f} [{s['p_good_ci'][0]:.2f}, {s['p_good_ci'][1]:.2f}]"
+            vs = s.get("vs_a2c")
+            if vs:
+                diff = f"{vs['mean']:+.2f}"
+                text += f"<br>{'**' + diff + '**' if vs['excludes_zero'] else diff}"
+            cells.append(text + f" (n={len(s['seeds'])})")
+        mi = methods.get(BASELINE, {}).get("mutual_information_last10")
+        w = methods.get("hca", {}).get("reliability_last10")
+        lines.append(f"| {name} | {info['information']:.3f} | "
+                     f"{info['fragment_visible_fraction']:.2f} | {_fmt(mi, 4)} | {_fmt(w)} | "
+                     + " | ".join(cells) + " |")
+    lines += ["", "Plot: `credit_analysis.png`.", ""]
+    return "\n".join(lines)
+
+
+def plot(out: Path, summary: Dict[str, Any]) -> None:
+    if not summary["settings"]:
+        return
+    plt = matplotlib_pyplot()
+    panels = [(task, axis) for task in ("delayed_effect", "key_to_door")
+              for axis in ("delay", "noise")]
+    fig, axes = plt.subplots(2, 4, figsize=(19, 8), squeeze=False)
+    for col, (task, axis) in enumerate(panels):
+        names = [n for n, e in summary["settings"].items()
+                 if e["task"] == task and axis in e["axes"]]
+        key = ("length" if task == "delayed_effect" else "distractor_length") if axis == "delay" \
+            else ("noise_std" if task == "delayed_effect" else "apple_noise_std")
+        names.sort(key=lambda n: summary["settings"][n]["env_config"][key])
+        xs = [summary["settings"][n]["env_config"][key] for n in names]
+        ax = axes[0][col]
+        for method in METHODS:
+            points = [(x, summary["settings"][n]["methods"].get(method)) for x, n in zip(xs, names)]
+            points = [(x, s) for x, s in points if s is not None]
+            if not points:
+                continue
+            x = [p[0] for p in points]
+            mean = [p[1]["p_good_mean"] for p in points]
+            low = [p[1]["p_good_ci"][0] for p in points]
+            high = [p[1]["p_good_ci"][1] for p in points]
+            ax.plot(x, mean, "o-", color=COLORS[method], label=method, linewidth=1.2)
+            ax.fill_between(x, low, high, color=COLORS[method], alpha=0.12, linewidth=0)
+        ax.set_title(f"{task}: {key} sweep", fontsize=9)
+        ax.set_xlabel(key)
+        ax.set_ylabel("pi(optimal first action), end of training")
+        ax.set_ylim(0.0, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        ax2 = axes[1][col]
+        info = [summary["settings"][n]["information"] for n in names]
+        ax2.plot(xs, [i["information"] for i in info], "s-", color="tab:green",
+                 label="I(A;Z|S0), full return")
+        ax2.plot(xs, [i["information_visible"] for i in info], "s--", color="tab:olive",
+                 label="x share not cut at the fragment")
+        mi = [summary["settings"][n]["methods"].get(BASELINE, {}).get("mutual_information_last10")
+              for n in names]
+        episode = [i["episode_length"] for i in info]
+        ax2.plot(xs, [None if m is None else m * e for m, e in zip(mi, episode)], "^:",
+                 color="tab:red", label="classifier MI diagnostic (a2c) x episode length")
+        ax2.set_xlabel(key)
+        ax2.set_ylabel("nats")
+        ax2.axhline(math.log(2), color="gray", linewidth=0.6, linestyle=":")
+        ax2.grid(alpha=0.3)
+        ax2.legend(fontsize=7)
+    fig.suptitle("Credit analysis: top, the learned policy's probability of the optimal first "
+                 "action (mean over seeds, 95% bootstrap band); bottom, the information about "
+                 "that action in the return (log 2 = fully determined)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out / "credit_analysis.png", dpi=100)
+    plt.close(fig)
+
+
+# -------------------------------------------------------------------------- main
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        path.resolve().relative_to(root.resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true",
+                        help=f"{'/'.join(QUICK_SETTINGS)}, {'/'.join(QUICK_METHODS)}, 2 seeds, "
+                             f"{QUICK_STEPS} steps, into --out or a temp dir")
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--settings", nargs="+", choices=list(SETTINGS), default=None)
+    parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=None)
+    parser.add_argument("--num-seeds", type=int, default=None)
+    parser.add_argument("--steps", type=int, default=None)
+    parser.add_argument("--time-limit-min", type=float, default=None)
+    parser.add_argument("--report-only", action="store_true")
+    parser.add_argument("--torch-threads", type=int, default=1)
+    args = parser.parse_args(argv)
+    if args.quick and args.out is None:
+        args.out = Path(tempfile.mkdtemp(prefix="credit_analysis_quick_"))
+    if args.quick and _inside(args.out, RESULTS_ROOT):
+        parser.error("--quick must not write into benchmarks/results")
+    args.out = args.out or DEFAULT_OUT
+    if args.num_seeds is not None and args.num_seeds < 1:
+        parser.error("--num-seeds must be >= 1")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    names = args.settings or list(QUICK_SETTINGS if args.quick else SETTINGS)
+    methods = args.methods or list(QUICK_METHODS if args.quick else METHODS)
+    seeds = list(range(args.num_seeds or (2 if args.quick else FULL_SEEDS)))
+    steps = args.steps or (QUICK_STEPS if args.quick else STEPS)
+    print(f"results: {out}", flush=True)
+    if not args.report_only:
+        run_all(args, out, names, seeds, methods, steps)
+    summary = aggregate(out)
+    print((out / "summary.md").read_text())
+    return 0 if summary["settings"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

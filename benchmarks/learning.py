@@ -1,0 +1,635 @@
+"""Learning benchmark: A2C against the credit modes on MinAtar and bsuite's credit tasks.
+
+Methods (name -> `.training(...)` overrides, as in `credit_modes.py`):
+  * a2c    credit="a2c", hindsight_loss_coeff=1.0 (the classifier is trained beside the
+           policy for the diagnostics only; it does not touch the policy update)
+  * hca    credit="hca"
+  * c2a2c  credit="c2a2c" (soft gate, the default)
+  * mix    credit="mix"
+  * hca_pure  credit="hca", reliability_z=None (not in the default grid: `--methods`)
+
+Tasks (name -> env id, env-step budget; `TASKS` below):
+  * MinAtar, all five games (`minatar/<Game>`): `tuned_examples/common.minatar_config`
+    (the settings of the tuned examples: 8 envs x 64-step rollouts, RMSprop 7e-4,
+    entropy 0.01, MinAtar's conv net, sticky actions 0.1), 250k env steps each.
+  * bsuite's credit-assignment experiments: `umbrella_length` at chain length 10 and 20
+    (settings 9 and 13), `umbrella_distract` with 20 distractor bits (setting 13) and
+    `discounting_chain` (setting 0), with the package defaults (8 envs x 64 steps,
+    entropy 0), 100k env steps each.
+
+Final score of a run: mean undiscounted return of its last 100 completed episodes.
+Normalised score: `(score - random) / (reference - random)`, where `random` is the mean
+return of a uniform random policy over 100 episodes (measured by this script, stored as
+`<task>/random.json`) and `reference` is the optimal expected return where it is known
+(umbrella: +1; discounting_chain: 1.1) and, for MinAtar, which has none, the best final
+score that any run of any method reached on that game in this benchmark (so 1.0 is "as
+good as the best run here", not a published level).
+
+Aggregates per domain (MinAtar, bsuite), as rliable computes them: IQM and optimality
+gap (gamma = 1) of the normalised scores with 95% stratified-bootstrap CIs (seeds
+resampled within each task), the IQM difference to a2c with a paired stratified
+bootstrap CI, and the probability of improvement over a2c averaged over the tasks.
+Per task: IQM of the final score with its CI and the paired per-seed difference to a2c
+with its CI; "significantly worse" = that CI lies below 0. `rliable` itself does not
+import beside pandas 3 (its `arch` dependency fails); `hca_rllib.stats` implements the
+same estimators in numpy (`tests/test_report.py` checks them by hand).
+
+Order: seed > task > method, so an interrupted run leaves every task with the same
+number of seeds and each seed's methods are run back to back (paired in time). Every
+finished cell (task, method, seed) is `<out>/<task>/<method>_seed<k>.json`; stored cells
+are skipped, `--time-limit-min` stops cleanly between cells, and `--shard i/n` runs
+every n-th cell so that n processes can share the grid (one per core).
+
+Reproduce (from the repository root):
+
+    .venv/bin/python benchmarks/learning.py --time-limit-min 100 --shard 0/2 &
+    .venv/bin/python benchmarks/learning.py --time-limit-min 100 --shard 1/2   # resumable
+    .venv/bin/python benchmarks/learning.py --report-only    # tables and plots
+    .venv/bin/python benchmarks/learning.py --quick          # smoke test, temp dir
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+for _path in (str(REPO), str(BENCH_DIR)):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+
+from common import (  # noqa: E402
+    RAY_INIT_KWARGS,
+    command_line,
+    iqm_ci,
+    load_runs,
+    machine_note,
+    matplotlib_pyplot,
+    nan_mean,
+    paired_difference,
+    plot_mean_band,
+    run_plan,
+    stack_curves,
+    write_json,
+)
+from credit_modes import DIAGNOSTICS, _smooth, run_spec  # noqa: E402
+
+from hca_rllib.stats import (  # noqa: E402
+    average_probability_of_improvement,
+    iqm,
+    optimality_gap,
+    optimality_gap_ci,
+    paired_stratified_difference_ci,
+)
+
+DEFAULT_OUT = REPO / "benchmarks" / "results" / "learning"
+RESULTS_ROOT = REPO / "benchmarks" / "results"
+FULL_SEEDS = 5
+LAST_K = 100
+RANDOM_EPISODES = 100
+BASELINE = "a2c"
+QUICK_STEPS = 3_000
+QUICK_TASKS = ("minatar_Breakout", "umbrella_length_10")
+QUICK_METHODS = ("a2c", "hca")
+DIAGNOSTICS_WINDOW = 10
+
+METHODS: Dict[str, Dict[str, Any]] = {
+    "a2c": {"credit": "a2c", "hindsight_loss_coeff": 1.0},
+    "hca": {"credit": "hca"},
+    "c2a2c": {"credit": "c2a2c"},
+    "mix": {"credit": "mix"},
+    "hca_pure": {"credit": "hca", "reliability_z": None},
+}
+DEFAULT_METHODS = ("a2c", "hca", "c2a2c", "mix")
+COLORS = {"a2c": "black", "hca": "tab:blue", "c2a2c": "tab:orange", "mix": "tab:purple",
+          "hca_pure": "tab:cyan"}
+
+MINATAR_GAMES = ("Breakout", "Asterix", "Freeway", "Seaquest", "SpaceInvaders")
+
+
+def _minatar(game: str) -> Dict[str, Any]:
+    return {"env_id": f"minatar/{game}", "env_config": {}, "steps": 250_000,
+            "domain": "MinAtar", "reference": None, "game": game,
+            "settings": "tuned_examples/common.minatar_config"}
+
+
+def _bsuite(env_id: str, reference: float, note: str) -> Dict[str, Any]:
+    return {"env_id": env_id, "env_config": {}, "steps": 100_000, "domain": "bsuite",
+            "reference": reference, "note": note, "settings": "hca_rllib defaults"}
+
+
+TASKS: Dict[str, Dict[str, Any]] = {
+    **{f"minatar_{game}": _minatar(game) for game in MINATAR_GAMES},
+    "umbrella_length_10": _bsuite("bsuite/umbrella_length-9", 1.0,
+                                  "chain length 10, 20 distractor bits; optimum +1"),
+    "umbrella_length_20": _bsuite("bsuite/umbrella_length-13", 1.0,
+                                  "chain length 20, 20 distractor bits; optimum +1"),
+    "umbrella_distract_20": _bsuite("bsuite/umbrella_distract-13", 1.0,
+                                    "20 distractor bits; optimum +1"),
+    "discounting_chain": _bsuite("bsuite/discounting_chain-0", 1.1,
+                                 "5 chains, one pays 1.1; optimum 1.1"),
+}
+DOMAINS = ("bsuite", "MinAtar")
+
+
+def base_config_for(task: str):
+    spec = TASKS[task]
+    if spec["domain"] == "MinAtar":
+        from tuned_examples.common import minatar_config
+
+        return lambda _spec: minatar_config(spec["game"], "HCA")
+    return None  # credit_modes.default_base_config: the package defaults
+
+
+def run_cell(task: str, method: str, seed: int, total_steps: int) -> Dict[str, Any]:
+    spec = {**TASKS[task], "last_k": LAST_K, "probe": None}
+    data = run_spec(task, spec, method, METHODS[method], seed, total_steps,
+                    base_config=base_config_for(task), settings_note=TASKS[task]["settings"])
+    data["domain"] = TASKS[task]["domain"]
+    return data
+
+
+def random_score(task: str, episodes: int = RANDOM_EPISODES, seed: int = 12345
+                 ) -> Dict[str, Any]:
+    """Mean return of a uniform random policy over `episodes` episodes (one env)."""
+    import gymnasium as gym
+
+    import hca_rllib  # noqa: F401  (registers the ids)
+
+    env = gym.make(TASKS[task]["env_id"], **TASKS[task]["env_config"])
+    env.action_space.seed(seed)
+    returns = []
+    t0 = time.perf_counter()
+    for episode in range(episodes):
+        env.reset(seed=seed + episode)
+        total, done = 0.0, False
+        while not done:
+            _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+            total += float(reward)
+            done = terminated or truncated
+        returns.append(total)
+    env.close()
+    return {"task": task, "env_id": TASKS[task]["env_id"], "episodes": episodes,
+            "mean_return": float(np.mean(returns)), "returns": returns,
+            "wall_s": time.perf_counter() - t0, "command": command_line()}
+
+
+def result_path(out: Path, task: str, method: str, seed: int) -> Path:
+    return out / task / f"{method}_seed{seed}.json"
+
+
+def plan(tasks: Sequence[str], seeds: Sequence[int], methods: Sequence[str]
+         ) -> List[Tuple[str, int, str]]:
+    """Run order: per seed, per task, every method."""
+    return [(task, seed, method) for seed in seeds for task in tasks for method in methods]
+
+
+def shard(items: List[Any], spec: Optional[str]) -> List[Any]:
+    """`spec` "i/n": every n-th item starting at i (None: all)."""
+    if spec is None:
+        return items
+    index, count = (int(v) for v in spec.split("/"))
+    return items[index::count]
+
+
+def _stored_mismatch(item, stored) -> Optional[str]:
+    task, _, method = item
+    if stored.get("overrides") != json.loads(json.dumps(METHODS[method])):
+        return f"stored overrides {stored.get('overrides')} differ from {METHODS[method]}"
+    if stored.get("env_id") != TASKS[task]["env_id"]:
+        return f"stored env {stored.get('env_id')} differs from {TASKS[task]['env_id']}"
+    return None
+
+
+def run_all(args, out: Path, tasks, seeds, methods, steps: Dict[str, int]) -> None:
+    import torch
+
+    for task in tasks:  # cheap (seconds), needed by the normalisation
+        path = out / task / "random.json"
+        if not path.exists():
+            write_json(path, random_score(task, 5 if args.quick else RANDOM_EPISODES))
+    ray_started = False
+
+    def run_item(item):
+        nonlocal ray_started
+        task, seed, method = item
+        if not ray_started:
+            import ray
+
+            ray.init(**RAY_INIT_KWARGS)
+            ray_started = True
+        torch.set_num_threads(args.torch_threads)
+        return run_cell(task, method, seed, steps[task])
+
+    try:
+        run_plan(
+            shard(plan(tasks, seeds, methods), args.shard),
+            path_of=lambda item: result_path(out, item[0], item[2], item[1]),
+            target_of=lambda item: steps[item[0]],
+            label_of=lambda item: f"{item[0]} {item[2]} seed{item[1]}",
+            run_one=run_item,
+            time_limit_min=args.time_limit_min,
+            stored_mismatch=_stored_mismatch,
+        )
+    finally:
+        if ray_started:
+            import ray
+
+            ray.shutdown()
+
+
+# ---------------------------------------------------------------------- aggregate
+
+
+def _ordered(keys, reference) -> List[str]:
+    return [k for k in reference if k in keys] + sorted(k for k in keys if k not in reference)
+
+
+def normalisers(out: Path, runs) -> Dict[str, Dict[str, Any]]:
+    """Per task: random score, reference score and where the reference comes from."""
+    result = {}
+    for task in runs:
+        path = out / task / "random.json"
+        random = json.loads(path.read_text())["mean_return"] if path.exists() else None
+        reference = TASKS.get(task, {}).get("reference")
+        source = "optimal expected return"
+        if reference is None:
+            finals = [d["final_score"] for by_seed in runs[task].values()
+                      for d in by_seed.values() if d.get("final_score") is not None]
+            reference = max(finals) if finals else None
+            source = "best final score of any run in this benchmark"
+        ok = random is not None and reference is not None and reference > random
+        result[task] = {"random": random, "reference": reference, "reference_source": source,
+                        "usable": bool(ok)}
+    return result
+
+
+def _normalise(score: float, norm: Dict[str, Any]) -> float:
+    return (score - norm["random"]) / (norm["reference"] - norm["random"])
+
+
+def complete_seeds(runs, tasks: Sequence[str], methods: Sequence[str]) -> List[int]:
+    """Seeds for which every (task, method) cell is stored."""
+    seed_sets = [set(runs.get(t, {}).get(m, {})) for t in tasks for m in methods]
+    return sorted(set.intersection(*seed_sets)) if seed_sets else []
+
+
+def aggregate(out: Path) -> Dict[str, Any]:
+    runs = load_runs(out, "*/*_seed*.json", ("task", "method", "seed"))
+    norms = normalisers(out, runs)
+    summary: Dict[str, Any] = {"command": command_line(), "out": str(out), "tasks": {},
+                               "domains": {}, "normalisation": norms,
+                               "machine": _machine_summary(runs)}
+    for task in _ordered(runs, TASKS):
+        by_method = runs[task]
+        entry: Dict[str, Any] = {"env_id": TASKS.get(task, {}).get("env_id"),
+                                 "domain": TASKS.get(task, {}).get("domain"), "methods": {}}
+        finals_by_method: Dict[str, Dict[int, float]] = {}
+        for method in _ordered(by_method, METHODS):
+            datas = {s: d for s, d in sorted(by_method[method].items())
+                     if d.get("final_score") is not None}
+            if not datas:
+                continue
+            finals = np.array([d["final_score"] for d in datas.values()])
+            finals_by_method[method] = {s: d["final_score"] for s, d in datas.items()}
+            point, low, high, ci_method = iqm_ci(finals)
+            entry["methods"][method] = {
+                "seeds": list(datas), "final_scores": finals.tolist(),
+                "iqm": point, "ci_low": low, "ci_high": high, "ci_method": ci_method,
+                "env_steps": sorted({d["env_steps"] for d in datas.values()}),
+                "mean_env_steps_per_s": float(np.mean([d["env_steps_per_s"] for d in datas.values()])),
+                "diagnostics_last10": {
+                    key: nan_mean(nan_mean(d["diagnostics"].get(key, [])[-DIAGNOSTICS_WINDOW:])
+                                  for d in datas.values()) for key in DIAGNOSTICS},
+            }
+        for method, stats in entry["methods"].items():
+            if method == BASELINE or BASELINE not in finals_by_method:
+                stats["vs_a2c"] = None
+                continue
+            diff = paired_difference(finals_by_method[method], finals_by_method[BASELINE])
+            stats["vs_a2c"] = {
+                "paired_difference": diff,
+                "significantly_worse": bool(diff and diff["excludes_zero"] and diff["mean"] < 0),
+                "significantly_better": bool(diff and diff["excludes_zero"] and diff["mean"] > 0),
+            }
+        summary["tasks"][task] = entry
+    for domain in DOMAINS:
+        summary["domains"][domain] = _domain_aggregate(runs, norms, domain)
+    write_json(out / "summary.json", summary)
+    (out / "summary.md").write_text(summary_markdown(summary))
+    plot_curves(out, runs)
+    plot_aggregates(out, summary)
+    return summary
+
+
+def _domain_aggregate(runs, norms, domain: str) -> Dict[str, Any]:
+    tasks = [t for t in _ordered(runs, TASKS) if TASKS.get(t, {}).get("domain") == domain
+             and norms[t]["usable"]]
+    methods = _ordered({m for t in tasks for m in runs[t]}, METHODS)
+    methods = [m for m in methods if all(m in runs[t] for t in tasks)]
+    if not tasks or not methods:
+        return {"tasks": tasks, "methods": {}}
+    seeds = complete_seeds(runs, tasks, methods)
+    if not seeds:
+        return {"tasks": tasks, "methods": {}, "seeds": []}
+    matrix = {m: np.array([[_normalise(runs[t][m][s]["final_score"], norms[t]) for t in tasks]
+                           for s in seeds]) for m in methods}
+    result: Dict[str, Any] = {"tasks": tasks, "seeds": seeds, "methods": {}}
+    for method in methods:
+        scores = matrix[method]
+        point, low, high, ci_method = iqm_ci(scores)
+        gap, gap_low, gap_high = optimality_gap_ci(scores)
+        stats: Dict[str, Any] = {
+            "iqm": point, "iqm_ci": [low, high], "ci_method": ci_method,
+            "optimality_gap": gap, "optimality_gap_ci": [gap_low, gap_high],
+            "normalised_scores": scores.tolist(),
+        }
+        if method != BASELINE and BASELINE in matrix:
+            d, d_low, d_high = paired_stratified_difference_ci(scores, matrix[BASELINE], iqm)
+            stats["iqm_difference_vs_a2c"] = {"point": d, "ci": [d_low, d_high],
+                                              "excludes_zero": bool(d_low > 0 or d_high < 0)}
+            g, g_low, g_high = paired_stratified_difference_ci(
+                scores, matrix[BASELINE], lambda x, axis: optimality_gap(x, axis=axis))
+            stats["optimality_gap_difference_vs_a2c"] = {"point": g, "ci": [g_low, g_high]}
+            stats["probability_of_improvement"] = average_probability_of_improvement(
+                scores, matrix[BASELINE])
+        result["methods"][method] = stats
+    return result
+
+
+def _machine_summary(runs) -> Dict[str, Any]:
+    datas = [d for by_m in runs.values() for by_s in by_m.values() for d in by_s.values()]
+    if not datas:
+        return {}
+    loads = [d["machine"]["loadavg_at_start"][0] for d in datas
+             if d.get("machine", {}).get("loadavg_at_start")]
+    return {
+        "hosts": sorted({d["machine"]["host"] for d in datas}),
+        "cpu_count": sorted({d["machine"]["cpu_count"] for d in datas}),
+        "versions": sorted({f"ray {d['versions']['ray']}, torch {d['versions']['torch']}"
+                            for d in datas}),
+        "loadavg_1min_at_run_start": [min(loads), max(loads)] if loads else None,
+        "num_runs": len(datas),
+        "total_wall_s": float(sum(d["wall_s"] for d in datas)),
+        "first_finished": min(d["finished_at"] for d in datas),
+        "last_finished": max(d["finished_at"] for d in datas),
+    }
+
+
+def _fmt(value: Optional[float], digits: int = 2) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def _ci(low: float, high: float, digits: int = 2, sign: bool = False) -> str:
+    f = f"{{:{'+' if sign else ''}.{digits}f}}"
+    return "[" + f.format(low) + ", " + f.format(high) + "]"
+
+
+def targets(summary: Dict[str, Any]) -> Dict[str, Any]:
+    """The issue's two learning targets, read off the summary."""
+    bsuite = summary["domains"].get("bsuite", {}).get("methods", {})
+    best = None
+    for method, stats in bsuite.items():
+        if method == BASELINE:
+            continue
+        if best is None or stats["iqm"] > bsuite[best]["iqm"]:
+            best = method
+    credit_met = None
+    if best is not None:
+        credit_met = bool(bsuite[best]["iqm_difference_vs_a2c"]["ci"][0] > 0)
+    worse: Dict[str, List[str]] = {}
+    for task, entry in summary["tasks"].items():
+        if entry["domain"] != "MinAtar":
+            continue
+        for method, stats in entry["methods"].items():
+            if stats.get("vs_a2c") and stats["vs_a2c"]["significantly_worse"]:
+                worse.setdefault(method, []).append(task)
+    minatar_methods = [m for m in summary["domains"].get("MinAtar", {}).get("methods", {})
+                       if m != BASELINE]
+    return {
+        "credit_tasks_best_method": best,
+        "credit_tasks_met": credit_met,
+        "minatar_significantly_worse_games": {m: worse.get(m, []) for m in minatar_methods},
+        "minatar_met": (all(len(worse.get(m, [])) <= 1 for m in minatar_methods)
+                        if minatar_methods else None),
+    }
+
+
+def summary_markdown(summary: Dict[str, Any]) -> str:
+    machine = summary["machine"]
+    lines = [
+        "# Learning benchmark: A2C vs the credit modes (MinAtar, bsuite)",
+        "",
+        f"Produced by: `{summary['command']}`",
+        "",
+        "Reproduce: `.venv/bin/python benchmarks/learning.py` (resumable; "
+        "`--shard 0/2` and `--shard 1/2` in two processes use both cores); "
+        "`--report-only` rebuilds this page. Settings, tasks and statistics: the "
+        "docstring of `benchmarks/learning.py`.",
+        "",
+    ]
+    if machine:
+        lines += [f"Machine: {', '.join(machine['hosts'])}; {machine['cpu_count']} CPUs; "
+                  f"{'; '.join(machine['versions'])}; 1-min load at run starts "
+                  f"{machine['loadavg_1min_at_run_start']}. {machine['num_runs']} runs, "
+                  f"{machine['total_wall_s'] / 3600:.2f} h of run wall time, finished "
+                  f"{machine['first_finished']} .. {machine['last_finished']}.", ""]
+    t = targets(summary)
+    lines += ["## Targets", ""]
+    if t["credit_tasks_best_method"] is None:
+        lines.append("- Credit tasks (bsuite): not enough runs yet.")
+    else:
+        d = summary["domains"]["bsuite"]["methods"][t["credit_tasks_best_method"]][
+            "iqm_difference_vs_a2c"]
+        lines.append(
+            f"- Credit tasks (bsuite): best credit mode `{t['credit_tasks_best_method']}`, "
+            f"IQM difference to a2c {d['point']:+.3f} {_ci(*d['ci'], 3, True)} (normalised "
+            f"score): **{'met' if t['credit_tasks_met'] else 'not met'}** (target: CI above 0).")
+    if t["minatar_met"] is None:
+        lines.append("- MinAtar: not enough runs yet.")
+    else:
+        worse = "; ".join(f"`{m}`: {', '.join(g) if g else 'none'}"
+                          for m, g in t["minatar_significantly_worse_games"].items())
+        lines.append(f"- MinAtar, games where a credit mode is significantly worse than a2c "
+                     f"(paired CI below 0): {worse}: **{'met' if t['minatar_met'] else 'not met'}** "
+                     "(target: at most one game per mode).")
+    lines += ["", "## Aggregates (normalised scores)", "",
+              "Normalised score = (final - random) / (reference - random); reference: "
+              "optimal expected return (bsuite), best final score of any run here (MinAtar). "
+              "IQM and optimality gap with 95% stratified-bootstrap CIs; difference to a2c "
+              "with a paired stratified bootstrap CI; P(> a2c) averaged over tasks.", "",
+              "| domain | method | seeds | IQM (95% CI) | IQM - a2c (95% CI) | optimality gap "
+              "(95% CI) | P(> a2c) |", "|---|---|---|---|---|---|---|"]
+    for domain, agg in summary["domains"].items():
+        for method, s in agg.get("methods", {}).items():
+            diff = s.get("iqm_difference_vs_a2c")
+            diff_text = "—" if diff is None else f"{diff['point']:+.3f} {_ci(*diff['ci'], 3, True)}"
+            lines.append(
+                f"| {domain} ({len(agg['tasks'])} tasks) | {method} | {len(agg['seeds'])} | "
+                f"{s['iqm']:.3f} {_ci(*s['iqm_ci'], 3)} | {diff_text} | "
+                f"{s['optimality_gap']:.3f} {_ci(*s['optimality_gap_ci'], 3)} | "
+                f"{_fmt(s.get('probability_of_improvement'))} |")
+    lines += ["", "## Per task (final score = mean return of the last 100 episodes)", "",
+              "| task | method | seeds | IQM (95% CI) | paired diff vs a2c (95% CI) | "
+              "verdict | MI (nats) | steps/s |", "|---|---|---|---|---|---|---|---|"]
+    for task, entry in summary["tasks"].items():
+        for method, s in entry["methods"].items():
+            vs = s.get("vs_a2c")
+            if vs is None or vs["paired_difference"] is None:
+                diff_text, verdict = "—", "—"
+            else:
+                pd = vs["paired_difference"]
+                diff_text = f"{pd['mean']:+.2f} {_ci(pd['ci_low'], pd['ci_high'], 2, True)}"
+                verdict = ("better" if vs["significantly_better"] else
+                           "worse" if vs["significantly_worse"] else "=")
+            mi = s["diagnostics_last10"].get("info/mutual_information")
+            lines.append(f"| {task} | {method} | {len(s['seeds'])} | {s['iqm']:.2f} "
+                         f"{_ci(s['ci_low'], s['ci_high'])} | {diff_text} | {verdict} | "
+                         f"{_fmt(mi, 4)} | {s['mean_env_steps_per_s']:.0f} |")
+    lines += ["", "Normalisation per task:", ""]
+    for task, n in summary["normalisation"].items():
+        lines.append(f"- {task}: random {_fmt(n['random'])}, reference {_fmt(n['reference'])} "
+                     f"({n['reference_source']})")
+    lines += ["", "Per-seed final scores:", ""]
+    for task, entry in summary["tasks"].items():
+        for method, s in entry["methods"].items():
+            lines.append(f"- {task} {method}: " + ", ".join(
+                f"s{seed}: {score:.2f}" for seed, score in zip(s["seeds"], s["final_scores"])))
+    lines += ["", "Plots: `curves_minatar.png`, `curves_bsuite.png`, `aggregates.png`.", ""]
+    return "\n".join(lines)
+
+
+def plot_curves(out: Path, runs) -> None:
+    plt = matplotlib_pyplot()
+    for domain in DOMAINS:
+        tasks = [t for t in _ordered(runs, TASKS) if TASKS.get(t, {}).get("domain") == domain]
+        if not tasks:
+            continue
+        ncols = min(3, len(tasks))
+        nrows = math.ceil(len(tasks) / ncols)
+        fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 3.9 * nrows), squeeze=False)
+        for ax in list(axes.flat)[len(tasks):]:
+            ax.set_visible(False)
+        for ax, task in zip(axes.flat, tasks):
+            for method in _ordered(runs[task], METHODS):
+                datas = [runs[task][method][s] for s in sorted(runs[task][method])]
+                steps, values = stack_curves(datas, "return_mean_iteration")
+                plot_mean_band(ax, steps, _smooth(values, 20), color=COLORS.get(method),
+                               label=f"{method} ({len(datas)})", band="sem", alpha=0.15,
+                               linewidth=1.2)
+            ax.set_title(f"{task} ({TASKS.get(task, {}).get('env_id', '')})", fontsize=9)
+            ax.set_xlabel("environment steps")
+            ax.set_ylabel("episode return")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7, loc="best")
+        fig.suptitle(f"{domain}: mean over seeds (count in brackets), band = +-1 s.e.; "
+                     "returns smoothed per seed over 20 iterations", fontsize=9)
+        fig.tight_layout()
+        fig.savefig(out / f"curves_{domain.lower()}.png", dpi=100)
+        plt.close(fig)
+
+
+def plot_aggregates(out: Path, summary: Dict[str, Any]) -> None:
+    domains = [d for d, agg in summary["domains"].items() if agg.get("methods")]
+    if not domains:
+        return
+    plt = matplotlib_pyplot()
+    fig, axes = plt.subplots(len(domains), 2, figsize=(10, 2.2 + 1.2 * len(domains) * 2),
+                             squeeze=False)
+    for row, domain in enumerate(domains):
+        methods = summary["domains"][domain]["methods"]
+        names = list(methods)
+        for col, (key, ci_key, title) in enumerate(
+                [("iqm", "iqm_ci", "IQM (higher is better)"),
+                 ("optimality_gap", "optimality_gap_ci", "optimality gap (lower is better)")]):
+            ax = axes[row][col]
+            for y, method in enumerate(names):
+                s = methods[method]
+                low, high = s[ci_key]
+                ax.plot([low, high], [y, y], color=COLORS.get(method, "gray"), linewidth=6,
+                        alpha=0.5)
+                ax.plot([s[key]], [y], "|", color="black", markersize=14)
+            ax.set_yticks(range(len(names)))
+            ax.set_yticklabels(names)
+            ax.set_title(f"{domain} ({len(summary['domains'][domain]['tasks'])} tasks, "
+                         f"{len(summary['domains'][domain]['seeds'])} seeds): {title}", fontsize=9)
+            ax.set_xlabel("normalised score")
+            ax.grid(alpha=0.3, axis="x")
+    fig.suptitle("Normalised final scores, 95% stratified-bootstrap CIs", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out / "aggregates.png", dpi=100)
+    plt.close(fig)
+
+
+# -------------------------------------------------------------------------- main
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        path.resolve().relative_to(root.resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true",
+                        help=f"{'/'.join(QUICK_TASKS)}, {'/'.join(QUICK_METHODS)}, 2 seeds, "
+                             f"{QUICK_STEPS} steps, into --out or a temp dir")
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=None)
+    parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=None)
+    parser.add_argument("--num-seeds", type=int, default=None)
+    parser.add_argument("--steps", type=int, default=None,
+                        help="override every task's budget (use another --out)")
+    parser.add_argument("--time-limit-min", type=float, default=None)
+    parser.add_argument("--shard", default=None, help="i/n: run every n-th cell from i")
+    parser.add_argument("--report-only", action="store_true")
+    parser.add_argument("--torch-threads", type=int, default=1)
+    args = parser.parse_args(argv)
+    if args.quick and args.out is None:
+        args.out = Path(tempfile.mkdtemp(prefix="learning_quick_"))
+    if args.quick and _inside(args.out, RESULTS_ROOT):
+        parser.error("--quick must not write into benchmarks/results")
+    args.out = args.out or DEFAULT_OUT
+    if args.shard is not None:
+        try:
+            index, count = (int(v) for v in args.shard.split("/"))
+            assert 0 <= index < count
+        except (ValueError, AssertionError):
+            parser.error(f"--shard must be i/n with 0 <= i < n, got {args.shard!r}")
+    if args.num_seeds is not None and args.num_seeds < 1:
+        parser.error("--num-seeds must be >= 1")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    tasks = args.tasks or list(QUICK_TASKS if args.quick else TASKS)
+    methods = args.methods or list(QUICK_METHODS if args.quick else DEFAULT_METHODS)
+    seeds = list(range(args.num_seeds or (2 if args.quick else FULL_SEEDS)))
+    budget = args.steps or (QUICK_STEPS if args.quick else None)
+    steps = {task: budget or TASKS[task]["steps"] for task in TASKS}
+    print(f"results: {out}", flush=True)
+    if not args.report_only:
+        run_all(args, out, tasks, seeds, methods, steps)
+    summary = aggregate(out)
+    print((out / "summary.md").read_text())
+    return 0 if summary["tasks"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
