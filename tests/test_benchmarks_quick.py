@@ -159,6 +159,9 @@ def test_throughput_quick(tmp_path):
         for method in methods:
             stats = summary[method]
             assert stats["steps_per_s_median"] > 0 and _finite(stats["ratio_to_a2c_median"])
+            # Steps per CPU-second of the processes doing the work (driver + EnvRunners).
+            assert 0 < stats["steps_per_cpu_s_median"] < float("inf")
+            assert _finite(stats["cpu_ratio_to_a2c_median"])
             if method.startswith("sb3"):
                 continue
             # The timed phases of training_step are parts of the timed wall time.
@@ -197,9 +200,13 @@ def test_throughput_quick(tmp_path):
             assert ms["hindsight"] == 0 and ms["connector_hindsight"] == 0
         assert sum(split["fraction_of_whole"].values()) == pytest.approx(1.0)
         assert 0.25 < split["sum_of_pieces_ms"] / ms["whole"] < 2.0, split
-        assert split["batch_env_steps"] == {"minatar": 512, "atari": 80}[env]
+        # One train batch: rollout x envs, plus up to one step per env (RLlib's sampler).
+        batch, n_envs = {"minatar": (512, 8), "atari": (80, 16)}[env]
+        assert batch <= split["batch_env_steps"] < batch + n_envs
 
     # Memory: the remote EnvRunner is a real process holding torch and an env.
+    runners1 = data["measurements"][0]["minatar"]["a2c_runners1"]
+    assert len(runners1["cpu_s_env_runners"]) == 1 and runners1["cpu_s_env_runners"][0] > 0
     memory = data["envs"]["minatar"]["summary"]["a2c_runners1"]["memory_last_round"]
     assert len(memory["env_runner_rss_mib_warm"]) == len(memory["env_runner_rss_mib_end"]) == 1
     idle = data["idle_actor_rss"]
@@ -217,9 +224,10 @@ def test_throughput_quick(tmp_path):
         assert len(profile["top_own"]) == 15 and profile["steps_per_s_unprofiled"] > 0
 
     # Projection: sampling scales with the runners up to the learner's ceiling.
-    projection = data["projection"]["minatar"]
-    rates = [row["steps_per_s"] for row in projection["rows"]]
-    assert rates == sorted(rates) and rates[-1] < projection["learner_ceiling_steps_per_s"]
+    for inputs in ("as_measured", "dedicated_cores"):
+        projection = data["projection"]["minatar"][inputs]
+        rates = [row["steps_per_s"] for row in projection["rows"]]
+        assert rates == sorted(rates) and rates[-1] < projection["learner_ceiling_steps_per_s"]
     text = (tmp_path / "summary.md").read_text()
     for heading in ("## MinAtar Breakout", "## Atari Pong", "## Targets", "## Learner update split",
                     "## Memory per EnvRunner", "## Where sampling time goes",
