@@ -64,6 +64,7 @@ def window_mean(returns: Sequence[float], k: int) -> Optional[float]:
 
 
 EPISODES_ATTRIBUTE = "recorded_episodes"
+LAST_REWARDS_ATTRIBUTE = "recorded_last_rewards"
 
 
 @functools.lru_cache(maxsize=None)
@@ -88,6 +89,10 @@ def episode_return_callback_class():
             ret = float(sum(chunk.get_return() for chunk in chunks))
             length = int(episode.t)
             env_runner.__dict__.setdefault(EPISODES_ATTRIBUTE, []).append((ret, length))
+            # The reward of the episode's last step (bsuite's umbrella pays its only
+            # action-dependent reward there; the rest of its return is coin flips).
+            env_runner.__dict__.setdefault(LAST_REWARDS_ATTRIBUTE, []).append(
+                float(episode.get_rewards(-1)))
 
     return EpisodeReturnCallback
 
@@ -105,6 +110,10 @@ class EpisodeLog:
         fresh = list(episodes[self.seen:])
         self.seen = len(episodes)
         return fresh
+
+    def last_rewards(self) -> List[float]:
+        """The last-step reward of every episode recorded so far (same order as `new`)."""
+        return list(self.env_runner.__dict__.get(LAST_REWARDS_ATTRIBUTE, []))
 
 
 def lifetime_env_steps(result: Dict[str, Any]) -> int:
@@ -130,7 +139,7 @@ def nan_mean(values: Iterable[Optional[float]]) -> Optional[float]:
 def write_json(path: Path, data: Any) -> None:
     """Write atomically (temp file + rename), so a killed run leaves no half file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # two processes may race
     tmp.write_text(json.dumps(data, indent=1, allow_nan=False))
     os.replace(tmp, path)
 

@@ -26,15 +26,22 @@ Information axis. `information_at_decision` gives `I(A; Z | S_0)` at the decisio
 under the uniform policy, in nats, for the discounted return-to-go `Z` (gamma 0.99): the
 effect of the first action is a shift `delta` (gamma^length for the delayed effect,
 5 gamma^(L+1) for key-to-door) in noise of standard deviation `sd` (the discounted chain
-or apple rewards), `I = binary_shift_information(delta, sd)` (exact for the delayed
-effect, where the noise is Gaussian; a Gaussian approximation of the apple sum for
-key-to-door). Two things make it smaller for the learner than the formula says:
-(1) the return is cut at the 64-step rollout boundary and bootstrapped with V(s), which
-cannot see the first action (its observation is the same for every chain step), so only
-the share `fragment_visible_fraction` of decisions whose episode ends inside the same
-fragment carries the information; (2) the classifier's own estimate, the diagnostic
-`info/mutual_information` (a mean over *all* steps of the batch, most of which carry no
-information about the decision). Both are in the tables and plots.
+or apple rewards), `I = binary_shift_information(delta, sd)`: exact for the delayed
+effect, where the noise is Gaussian; for key-to-door a Gaussian approximation of the
+apple sum (at apple noise 0 the sums are discrete with distinct gamma^t weights, so the
+exact value is log 2; a smooth classifier of the standardised return cannot use that,
+and the approximation, 0.50 nats there, is the more useful number). Two things make the
+information smaller for the learner than the formula says: (1) the return is cut at the
+64-step rollout boundary and bootstrapped with V(s), which cannot see the first action
+(its observation is the same for every chain step), so only the share
+`fragment_visible_fraction` of decisions whose episode ends inside the same fragment
+carries it (exact for episode lengths coprime to 64, within 0.05 otherwise), and
+`information x visible` is an upper bound, since the classifier does not know which
+returns were cut; (2) the classifier's own estimate, the diagnostic
+`info/mutual_information`, is a mean over *all* steps of the batch. On the delayed
+effect only the decision carries information, so that mean times the episode length
+is comparable to the information at the decision; on key-to-door the apple steps carry
+information about their own reward too, so no such product is drawn.
 
 Reproduce (from the repository root):
 
@@ -338,7 +345,8 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
         "information at the decision when the decision is the only informative step; "
         "w = hca's trust in the classifier (last 10 iterations).",
         "",
-        "| setting | I(A;Z\\|S0) nats | visible | MI diag peak / last (a2c) | w (hca) | "
+        "| setting | I(A;Z\\|S0) nats (key-to-door: Gaussian approx.) | visible | "
+        "MI diag peak / last (a2c) | w (hca) | "
         + " | ".join(METHODS) + " |",
         "|---|---|---|---|---|" + "---|" * len(METHODS),
     ]
@@ -403,14 +411,20 @@ def plot(out: Path, summary: Dict[str, Any]) -> None:
         ax2 = axes[1][col]
         info = [summary["settings"][n]["information"] for n in names]
         ax2.plot(xs, [i["information"] for i in info], "s-", color="tab:green",
-                 label="I(A;Z|S0), full return")
+                 label="I(A;Z|S0), full return" + (" (Gaussian approx.)"
+                                                   if task == "key_to_door" else ""))
         ax2.plot(xs, [i["information_visible"] for i in info], "s--", color="tab:olive",
                  label="x share not cut at the fragment")
         mi = [summary["settings"][n]["methods"].get(BASELINE, {}).get("mutual_information_peak")
               for n in names]
         episode = [i["episode_length"] for i in info]
-        ax2.plot(xs, [np.nan if m is None else m * e for m, e in zip(mi, episode)], "^:",
-                 color="tab:red", label="classifier MI diagnostic, peak (a2c) x episode length")
+        if task == "delayed_effect":  # only the decision carries information there
+            ax2.plot(xs, [np.nan if m is None else m * e for m, e in zip(mi, episode)], "^:",
+                     color="tab:red",
+                     label="classifier MI diagnostic, peak (a2c) x episode length")
+        else:  # apple steps carry information about their own reward: no product
+            ax2.plot(xs, [np.nan if m is None else m for m in mi], "^:", color="tab:red",
+                     label="classifier MI diagnostic, peak (a2c), per step")
         ax2.set_xlabel(key)
         ax2.set_ylabel("nats")
         ax2.axhline(math.log(2), color="gray", linewidth=0.6, linestyle=":")

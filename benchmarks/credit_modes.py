@@ -313,6 +313,7 @@ def run_spec(task: str, spec: Dict[str, Any], method: str, overrides: Dict[str, 
                 skipped_updates = _finite_or_none(skipped)
         t_end = time.perf_counter()
         p_good_final = _probe(algo, spec["probe"])
+        last_rewards = episode_log.last_rewards()
     finally:
         algo.stop()
     train_s = t_end - t_train
@@ -321,9 +322,13 @@ def run_spec(task: str, spec: Dict[str, Any], method: str, overrides: Dict[str, 
         "env_id": spec["env_id"], "env_config": _json_roundtrip(spec["env_config"]),
         "overrides": _json_roundtrip(overrides),
         "target_env_steps": total_steps,
-        "final_score": window_mean(returns, last_k),
-        "final_score_definition": (f"mean undiscounted return of the last {last_k} "
-                                   "completed episodes of the run"),
+        "final_score": window_mean(
+            last_rewards if spec.get("score") == "terminal_reward" else returns, last_k),
+        "final_score_definition": (
+            f"mean reward of the last step of the last {last_k} completed episodes"
+            if spec.get("score") == "terminal_reward" else
+            f"mean undiscounted return of the last {last_k} completed episodes of the run"),
+        "final_return": window_mean(returns, last_k),
         "final_score_num_episodes": min(last_k, len(returns)),
         "num_episodes": len(returns),
         "env_steps": env_steps,
@@ -339,7 +344,7 @@ def run_spec(task: str, spec: Dict[str, Any], method: str, overrides: Dict[str, 
                                       "= env + model construction excluded)",
         "curve": curve,
         "diagnostics": diagnostics,
-        "episodes": {"return": returns, "length": lengths},
+        "episodes": {"return": returns, "length": lengths, "last_reward": last_rewards},
         "env_check": env_check,
         "settings": {"config": type(config).__name__,
                      "num_env_runners": config.num_env_runners,

@@ -18,28 +18,39 @@ Tasks (name -> env id, env-step budget; `TASKS` below):
     `umbrella_length`'s) and `discounting_chain` (setting 0), with the package defaults
     (8 envs x 64 steps, entropy 0), 100k env steps each.
 
-Final score of a run: mean undiscounted return of its last 100 completed episodes.
-Normalised score: `(score - random) / (reference - random)`, where `random` is the mean
-return of a uniform random policy over 100 episodes (measured by this script, stored as
-`<task>/random.json`) and `reference` is the optimal expected return where it is known
-(umbrella: +1; discounting_chain: 1.1) and, for MinAtar, which has none, the best final
-score that any run of any method reached on that game in this benchmark (so 1.0 is "as
-good as the best run here", not a published level).
+Final score of a run: mean undiscounted return of its last 100 completed episodes, except
+on the umbrella tasks, where it is the mean reward of their last step (+1 when the
+umbrella choice was right, -1 when not: the task's only action-dependent reward; the
+other chain rewards are coin flips that would add a standard error of ~0.45 to a
+100-episode mean of the return, which is stored too as `final_return`).
+Normalised score: `(score - random) / (reference - random)`. bsuite: the exact values
+(umbrella random 0, optimum 1; discounting_chain random 1.02, optimum 1.1). MinAtar has
+no optimum: `random` is a uniform random policy's mean return over 100 episodes
+(measured, `<task>/random.json`) and `reference` the best final score of any default
+method's run among the seeds complete for all of them (so 1.0 is "as good as the best
+run here", not a published level). `discounting_chain` (mapping seed 0 puts its bonus on
+the 1-step chain: it tests the discount horizon, not delayed credit) is its own domain,
+"bsuite discounting", so that the credit target rests on the three umbrella tasks.
 
-Aggregates per domain (MinAtar, bsuite), as rliable computes them: IQM and optimality
-gap (gamma = 1) of the normalised scores with 95% stratified-bootstrap CIs (seeds
-resampled within each task), the IQM difference to a2c with a paired stratified
-bootstrap CI, and the probability of improvement over a2c averaged over the tasks.
+Aggregates per domain (bsuite umbrella, MinAtar, bsuite discounting), as rliable
+computes them: IQM and optimality gap (gamma = 1) of the normalised scores with 95%
+stratified-bootstrap CIs (seeds resampled within each task), the IQM difference to a2c
+with a paired stratified bootstrap CI (also at the Bonferroni level 1 - 0.05/3, used for
+the credit target because it picks the best of three modes), and the probability of
+improvement over a2c averaged over the tasks, over the seeds complete for every method.
 Per task: IQM of the final score with its CI and the paired per-seed difference to a2c
-with its CI; "significantly worse" = that CI lies below 0. `rliable` itself does not
-import beside pandas 3 (its `arch` dependency fails); `hca_rllib.stats` implements the
-same estimators in numpy (`tests/test_report.py` checks them by hand).
+with its CI; "significantly worse" = that CI lies below 0. Targets are decided only
+once every task has 5 complete seeds. `rliable` itself does not import beside pandas 3
+(its `arch` dependency fails); `hca_rllib.stats` implements the same estimators in numpy
+(`tests/test_report.py` checks them by hand and by brute force).
 
-Order: seed > task > method, so an interrupted run leaves every task with the same
-number of seeds and each seed's methods are run back to back (paired in time). Every
-finished cell (task, method, seed) is `<out>/<task>/<method>_seed<k>.json`; stored cells
-are skipped, `--time-limit-min` stops cleanly between cells, and `--shard i/n` runs
-every n-th cell so that n processes can share the grid (one per core).
+Order: seed > task > method, so an interrupted grid leaves every task with the same
+number of seeds and each (task, seed)'s methods are run back to back by one process
+(paired in time). Every finished cell (task, method, seed) is
+`<out>/<task>/<method>_seed<k>.json`; stored cells are skipped (only if made with the
+same env id and overrides: change `--out` when you change `minatar_config` or the package
+defaults), `--time-limit-min` stops cleanly between cells, and `--shard i/n` runs every
+n-th (seed, task) block so that n processes share the grid (one per core).
 
 Reproduce (from the repository root):
 
@@ -123,25 +134,30 @@ def _minatar(game: str) -> Dict[str, Any]:
             "settings": "tuned_examples/common.minatar_config"}
 
 
-def _bsuite(env_id: str, reference: float, note: str) -> Dict[str, Any]:
-    return {"env_id": env_id, "env_config": {}, "steps": 100_000, "domain": "bsuite",
-            "reference": reference, "note": note, "settings": "hca_rllib defaults"}
+def _bsuite(env_id: str, reference: float, random: float, note: str, score: str = "return",
+            domain: str = "bsuite") -> Dict[str, Any]:
+    return {"env_id": env_id, "env_config": {}, "steps": 100_000, "domain": domain,
+            "reference": reference, "random": random, "score": score, "note": note,
+            "settings": "hca_rllib defaults"}
 
 
 TASKS: Dict[str, Dict[str, Any]] = {
     **{f"minatar_{game}": _minatar(game) for game in MINATAR_GAMES},
-    "umbrella_length_10": _bsuite("bsuite/umbrella_length-9", 1.0,
-                                  "chain length 10, 20 distractor bits; optimum +1"),
-    "umbrella_length_20": _bsuite("bsuite/umbrella_length-13", 1.0,
-                                  "chain length 20, 20 distractor bits; optimum +1"),
+    "umbrella_length_10": _bsuite("bsuite/umbrella_length-9", 1.0, 0.0,
+                                  "chain length 10, 20 distractor bits", "terminal_reward"),
+    "umbrella_length_20": _bsuite("bsuite/umbrella_length-13", 1.0, 0.0,
+                                  "chain length 20, 20 distractor bits", "terminal_reward"),
     # umbrella_distract's chain is always 20 long: its setting 13 (20 bits) would be the
     # very environment of umbrella_length_20; setting 0 is the same chain with 1 bit.
-    "umbrella_distract_1": _bsuite("bsuite/umbrella_distract-0", 1.0,
-                                   "chain length 20, 1 distractor bit; optimum +1"),
-    "discounting_chain": _bsuite("bsuite/discounting_chain-0", 1.1,
-                                 "5 chains, one pays 1.1; optimum 1.1"),
+    "umbrella_distract_1": _bsuite("bsuite/umbrella_distract-0", 1.0, 0.0,
+                                   "chain length 20, 1 distractor bit", "terminal_reward"),
+    # Mapping seed 0 puts the 1.1 bonus on the 1-step chain: this tests the discount
+    # horizon, not delayed credit, so it is its own domain and not in the credit target.
+    "discounting_chain": _bsuite("bsuite/discounting_chain-0", 1.1, 1.02,
+                                 "5 chains paying 1, the 1-step one 1.1; random 1.02",
+                                 domain="bsuite discounting"),
 }
-DOMAINS = ("bsuite", "MinAtar")
+DOMAINS = ("bsuite", "MinAtar", "bsuite discounting")
 
 
 def base_config_for(task: str):
@@ -154,7 +170,7 @@ def base_config_for(task: str):
 
 
 def run_cell(task: str, method: str, seed: int, total_steps: int) -> Dict[str, Any]:
-    spec = {**TASKS[task], "last_k": LAST_K, "probe": None}
+    spec = {**TASKS[task], "last_k": LAST_K, "probe": None}  # "score" picks the final score
     data = run_spec(task, spec, method, METHODS[method], seed, total_steps,
                     base_config=base_config_for(task), settings_note=TASKS[task]["settings"])
     data["domain"] = TASKS[task]["domain"]
@@ -196,12 +212,16 @@ def plan(tasks: Sequence[str], seeds: Sequence[int], methods: Sequence[str]
     return [(task, seed, method) for seed in seeds for task in tasks for method in methods]
 
 
-def shard(items: List[Any], spec: Optional[str]) -> List[Any]:
-    """`spec` "i/n": every n-th item starting at i (None: all)."""
+def shard(items: List[Tuple[str, int, str]], spec: Optional[str]) -> List[Tuple[str, int, str]]:
+    """`spec` "i/n": the cells of every n-th (seed, task) block starting at block i (None:
+    all). Whole blocks, so that one process runs all methods of a (task, seed) back to
+    back (cutting single cells would give each process a fixed subset of methods)."""
     if spec is None:
         return items
     index, count = (int(v) for v in spec.split("/"))
-    return items[index::count]
+    blocks = list(dict.fromkeys((task, seed) for task, seed, _ in items))
+    mine = {block for b, block in enumerate(blocks) if b % count == index}
+    return [item for item in items if (item[0], item[1]) in mine]
 
 
 def _stored_mismatch(item, stored) -> Optional[str]:
@@ -210,6 +230,8 @@ def _stored_mismatch(item, stored) -> Optional[str]:
         return f"stored overrides {stored.get('overrides')} differ from {METHODS[method]}"
     if stored.get("env_id") != TASKS[task]["env_id"]:
         return f"stored env {stored.get('env_id')} differs from {TASKS[task]['env_id']}"
+    if TASKS[task].get("score") == "terminal_reward" and "final_return" not in stored:
+        return "stored cell predates the terminal-reward score of this task"
     return None
 
 
@@ -218,7 +240,7 @@ def run_all(args, out: Path, tasks, seeds, methods, steps: Dict[str, int]) -> No
 
     for task in tasks:  # cheap (seconds), needed by the normalisation
         path = out / task / "random.json"
-        if not path.exists():
+        if TASKS[task].get("random") is None and not path.exists():
             write_json(path, random_score(task, 5 if args.quick else RANDOM_EPISODES))
     ray_started = False
 
@@ -258,21 +280,30 @@ def _ordered(keys, reference) -> List[str]:
 
 
 def normalisers(out: Path, runs) -> Dict[str, Dict[str, Any]]:
-    """Per task: random score, reference score and where the reference comes from."""
+    """Per task: random score, reference score and where each comes from."""
     result = {}
     for task in runs:
         path = out / task / "random.json"
-        random = json.loads(path.read_text())["mean_return"] if path.exists() else None
+        random = TASKS.get(task, {}).get("random")
+        random_source = "exact expected return of the uniform policy"
+        if random is None:
+            random = json.loads(path.read_text())["mean_return"] if path.exists() else None
+            random_source = f"uniform policy, mean of {RANDOM_EPISODES} measured episodes"
         reference = TASKS.get(task, {}).get("reference")
-        source = "optimal expected return"
+        source = "optimal expected score"
         if reference is None:
-            finals = [d["final_score"] for by_seed in runs[task].values()
-                      for d in by_seed.values() if d.get("final_score") is not None]
+            # best run among the default methods' complete seeds, so that the reference
+            # does not move with extra methods or half-finished seeds
+            methods = [m for m in DEFAULT_METHODS if m in runs[task]]
+            seeds = complete_seeds(runs, [task], methods)
+            finals = [runs[task][m][s]["final_score"] for m in methods for s in seeds
+                      if runs[task][m][s].get("final_score") is not None]
             reference = max(finals) if finals else None
-            source = "best final score of any run in this benchmark"
+            source = ("best final score of the default methods' complete seeds in this "
+                      "benchmark")
         ok = random is not None and reference is not None and reference > random
-        result[task] = {"random": random, "reference": reference, "reference_source": source,
-                        "usable": bool(ok)}
+        result[task] = {"random": random, "random_source": random_source,
+                        "reference": reference, "reference_source": source, "usable": bool(ok)}
     return result
 
 
@@ -289,7 +320,10 @@ def complete_seeds(runs, tasks: Sequence[str], methods: Sequence[str]) -> List[i
 def aggregate(out: Path) -> Dict[str, Any]:
     runs = load_runs(out, "*/*_seed*.json", ("task", "method", "seed"))
     norms = normalisers(out, runs)
-    summary: Dict[str, Any] = {"command": command_line(), "out": str(out), "tasks": {},
+    commands = sorted({d.get("command", "?") for by_m in runs.values() for by_s in by_m.values()
+                       for d in by_s.values()})
+    summary: Dict[str, Any] = {"command": command_line(), "cell_commands": commands,
+                               "out": str(out), "tasks": {},
                                "domains": {}, "normalisation": norms,
                                "machine": _machine_summary(runs)}
     for task in _ordered(runs, TASKS):
@@ -358,6 +392,13 @@ def _domain_aggregate(runs, norms, domain: str) -> Dict[str, Any]:
         }
         if method != BASELINE and BASELINE in matrix:
             d, d_low, d_high = paired_stratified_difference_ci(scores, matrix[BASELINE], iqm)
+            # the credit target picks the best of the credit modes after the fact: its
+            # interval is read at the Bonferroni level 1 - 0.05 / (number of modes)
+            modes = max(1, len([m for m in methods if m != BASELINE]))
+            _, b_low, b_high = paired_stratified_difference_ci(
+                scores, matrix[BASELINE], iqm, level=1 - 0.05 / modes)
+            stats["iqm_difference_vs_a2c_bonferroni"] = {
+                "level": 1 - 0.05 / modes, "ci": [b_low, b_high]}
             stats["iqm_difference_vs_a2c"] = {"point": d, "ci": [d_low, d_high],
                                               "excludes_zero": bool(d_low > 0 or d_high < 0)}
             g, g_low, g_high = paired_stratified_difference_ci(
@@ -398,18 +439,24 @@ def _ci(low: float, high: float, digits: int = 2, sign: bool = False) -> str:
 
 
 def targets(summary: Dict[str, Any]) -> Dict[str, Any]:
-    """The issue's two learning targets, read off the summary."""
+    """The issue's two learning targets, read off the summary; None (undecided) until
+    every task of the domain has `FULL_SEEDS` complete seeds.
+
+    * credit tasks (bsuite's umbrella tasks): the best credit mode's IQM difference to
+      a2c has a CI above 0, at the Bonferroni level for choosing the best of the modes;
+    * MinAtar: no credit mode's paired difference to a2c has a CI below 0 on more than
+      one game."""
     bsuite = summary["domains"].get("bsuite", {}).get("methods", {})
     best = None
     for method, stats in bsuite.items():
-        if method == BASELINE:
+        if method == BASELINE or "iqm_difference_vs_a2c" not in stats:
             continue
         if best is None or stats["iqm"] > bsuite[best]["iqm"]:
             best = method
     credit_met = None
     bsuite_seeds = len(summary["domains"].get("bsuite", {}).get("seeds", []))
-    if best is not None and bsuite_seeds >= 2:  # one seed: no interval at all
-        credit_met = bool(bsuite[best]["iqm_difference_vs_a2c"]["ci"][0] > 0)
+    if best is not None and bsuite_seeds >= FULL_SEEDS:
+        credit_met = bool(bsuite[best]["iqm_difference_vs_a2c_bonferroni"]["ci"][0] > 0)
     worse: Dict[str, List[str]] = {}
     for task, entry in summary["tasks"].items():
         if entry["domain"] != "MinAtar":
@@ -427,7 +474,7 @@ def targets(summary: Dict[str, Any]) -> Dict[str, Any]:
         "credit_tasks_met": credit_met,
         "minatar_significantly_worse_games": {m: worse.get(m, []) for m in minatar_methods},
         "minatar_met": (all(len(worse.get(m, [])) <= 1 for m in minatar_methods)
-                        if minatar_methods and minatar_seeds >= 2 else None),
+                        if minatar_methods and minatar_seeds >= FULL_SEEDS else None),
     }
 
 
@@ -436,7 +483,8 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
     lines = [
         "# Learning benchmark: A2C vs the credit modes (MinAtar, bsuite)",
         "",
-        f"Produced by: `{summary['command']}`",
+        f"Produced by: `{summary['command']}`; the cells by "
+        + ", ".join(f"`{c}`" for c in summary.get("cell_commands", [])) + ".",
         "",
         "Reproduce: `.venv/bin/python benchmarks/learning.py` (resumable; "
         "`--shard 0/2` and `--shard 1/2` in two processes use both cores); "
@@ -456,26 +504,32 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
         lines += [f"**Provisional**: complete seeds so far bsuite {t['seeds']['bsuite']}, "
                   f"MinAtar {t['seeds']['MinAtar']} of {FULL_SEEDS}; the grid is still "
                   "running (re-run the command to continue it).", ""]
-    if t["credit_tasks_met"] is None:
-        lines.append("- Credit tasks (bsuite): not enough runs yet (needs 2 complete seeds).")
+    verdict = {True: "**met**", False: "**not met**", None: "undecided (fewer than "
+               f"{FULL_SEEDS} complete seeds)"}
+    best = t["credit_tasks_best_method"]
+    if best is None:
+        lines.append("- Credit tasks (bsuite umbrella): no complete seed of every method yet.")
     else:
-        d = summary["domains"]["bsuite"]["methods"][t["credit_tasks_best_method"]][
-            "iqm_difference_vs_a2c"]
+        stats = summary["domains"]["bsuite"]["methods"][best]
+        d, b = stats["iqm_difference_vs_a2c"], stats["iqm_difference_vs_a2c_bonferroni"]
         lines.append(
-            f"- Credit tasks (bsuite): best credit mode `{t['credit_tasks_best_method']}`, "
-            f"IQM difference to a2c {d['point']:+.3f} {_ci(*d['ci'], 3, True)} (normalised "
-            f"score): **{'met' if t['credit_tasks_met'] else 'not met'}** (target: CI above 0).")
-    if t["minatar_met"] is None:
-        lines.append("- MinAtar: not enough runs yet (needs 2 complete seeds).")
+            f"- Credit tasks (bsuite umbrella, target: the best credit mode's IQM beats a2c "
+            f"with a CI above 0): best mode so far `{best}`, IQM difference to a2c "
+            f"{d['point']:+.3f}, 95% CI {_ci(*d['ci'], 3, True)}, Bonferroni "
+            f"{100 * b['level']:.1f}% CI {_ci(*b['ci'], 3, True)} (normalised score): "
+            f"{verdict[t['credit_tasks_met']]}.")
+    if not t["minatar_significantly_worse_games"]:
+        lines.append("- MinAtar: no complete seed of every method yet.")
     else:
         worse = "; ".join(f"`{m}`: {', '.join(g) if g else 'none'}"
                           for m, g in t["minatar_significantly_worse_games"].items())
-        lines.append(f"- MinAtar, games where a credit mode is significantly worse than a2c "
-                     f"(paired CI below 0): {worse}: **{'met' if t['minatar_met'] else 'not met'}** "
-                     "(target: at most one game per mode).")
+        lines.append(f"- MinAtar (target: no credit mode significantly worse than a2c on more "
+                     f"than one game; paired 95% CI below 0): so far {worse}: "
+                     f"{verdict[t['minatar_met']]}.")
     lines += ["", "## Aggregates (normalised scores)", "",
-              "Normalised score = (final - random) / (reference - random); reference: "
-              "optimal expected return (bsuite), best final score of any run here (MinAtar). "
+              "Normalised score = (final - random) / (reference - random); random: exact "
+              "(bsuite) or measured (MinAtar); reference: optimal expected score (bsuite), "
+              "best final score of the default methods' complete seeds here (MinAtar). "
               "IQM and optimality gap with 95% stratified-bootstrap CIs; difference to a2c "
               "with a paired stratified bootstrap CI; P(> a2c) averaged over tasks.", "",
               "| domain | method | seeds | IQM (95% CI) | IQM - a2c (95% CI) | optimality gap "

@@ -14,6 +14,9 @@ stratified percentile bootstrap are re-implemented here in numpy.
 * `bootstrap_band`: pointwise bootstrap band of a statistic over rows (curves of seeds).
 * `probability_of_improvement`: P(X > Y), ties counting half.
 * `paired_difference`: mean per-seed difference to a baseline with its CI.
+* `paired_stratified_difference_ci`: difference of a statistic (e.g. IQM) between two
+  methods over a seeds x tasks matrix, with the same seed draw for both (paired runs).
+* `average_probability_of_improvement`: rliable's P(X > Y) averaged over tasks.
 
 Every bootstrap uses `numpy.random.default_rng(seed)` with a fixed default seed, so
 results are reproducible bit for bit.
@@ -37,6 +40,8 @@ __all__ = [
     "bootstrap_band",
     "probability_of_improvement",
     "paired_difference",
+    "paired_stratified_difference_ci",
+    "average_probability_of_improvement",
 ]
 
 BOOTSTRAP_REPS = 10_000

@@ -305,13 +305,22 @@ def test_learning_quick(tmp_path):
     proc = subprocess.run([sys.executable, script, "--quick", "--out", str(tmp_path)],
                           cwd=REPO, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    # MinAtar's random score is measured; umbrella's is known exactly (0)
+    assert json.loads((tmp_path / "minatar_Breakout" / "random.json").read_text())["episodes"] == 5
+    assert not (tmp_path / "umbrella_length_10" / "random.json").exists()
     for task in ("minatar_Breakout", "umbrella_length_10"):
-        assert json.loads((tmp_path / task / "random.json").read_text())["episodes"] == 5
         for method in ("a2c", "hca"):
             for seed in (0, 1):
                 run = json.loads((tmp_path / task / f"{method}_seed{seed}.json").read_text())
                 assert (run["task"], run["method"], run["seed"]) == (task, method, seed)
                 assert _finite(run["final_score"]) and 3_000 <= run["env_steps"] < 4_000
+                last = run["episodes"]["last_reward"]
+                assert len(last) == run["num_episodes"] == len(run["episodes"]["return"])
+                if task == "umbrella_length_10":  # scored on the umbrella's own reward
+                    assert set(last) <= {-1.0, 1.0}
+                    assert run["final_score"] == pytest.approx(sum(last[-100:]) / 100)
+                else:
+                    assert run["final_score"] == run["final_return"]
     again = subprocess.run([sys.executable, script, "--quick", "--out", str(tmp_path)],
                            cwd=REPO, capture_output=True, text=True, timeout=400)
     assert again.returncode == 0 and again.stdout.count("(stored)") == 8, again.stdout[-2000:]
@@ -324,7 +333,7 @@ def test_learning_quick(tmp_path):
         assert lo <= hca["iqm"] <= hi and 0.0 <= hca["probability_of_improvement"] <= 1.0
         assert _finite(hca["iqm_difference_vs_a2c"]["point"])
     norm = summary["normalisation"]["umbrella_length_10"]
-    assert norm["reference"] == 1.0 and norm["reference_source"] == "optimal expected return"
+    assert (norm["random"], norm["reference"]) == (0.0, 1.0)
     text = (tmp_path / "summary.md").read_text()
     assert "## Targets" in text and "| umbrella_length_10 | hca |" in text
     for name in ("curves_minatar.png", "curves_bsuite.png", "aggregates.png"):
@@ -350,3 +359,82 @@ def test_credit_analysis_quick(tmp_path):
         run = json.loads((tmp_path / name / "a2c_seed0.json").read_text())
         assert run["env_check"]["env_config_reached"] is True
     assert (tmp_path / "credit_analysis.png").stat().st_size > 0
+
+
+def test_learning_shards_keep_task_seed_blocks_together():
+    learning = _import_benchmark("learning")
+    tasks, methods = ["minatar_Breakout", "umbrella_length_10", "discounting_chain"], \
+        ["a2c", "hca", "c2a2c", "mix"]
+    items = learning.plan(tasks, [0, 1, 2], methods)
+    shards = [learning.shard(items, f"{i}/2") for i in range(2)]
+    assert sorted(shards[0] + shards[1]) == sorted(items) and not set(shards[0]) & set(shards[1])
+    for part in shards:
+        blocks = {(t, s) for t, s, _ in part}
+        # every block holds all methods, in the plan's order (paired in time)
+        for task, seed in blocks:
+            assert [m for t, s, m in part if (t, s) == (task, seed)] == methods
+        assert {m for _, _, m in part} == set(methods)  # not a fixed subset of methods
+    assert learning.shard(items, None) == items
+
+
+def _summary(bsuite_seeds, minatar_seeds, ci_low, worse_games):
+    bsuite = {"a2c": {"iqm": 0.1}}
+    for mode, iqm in (("hca", 0.3), ("c2a2c", 0.2), ("mix", 0.1)):
+        bsuite[mode] = {"iqm": iqm, "iqm_difference_vs_a2c": {"point": iqm - 0.1, "ci": [0, 1]},
+                        "iqm_difference_vs_a2c_bonferroni": {"level": 0.983, "ci": [ci_low, 1.0]}}
+    tasks = {f"minatar_{g}": {"domain": "MinAtar", "methods": {
+        "a2c": {"vs_a2c": None},
+        **{m: {"vs_a2c": {"significantly_worse": f"minatar_{g}" in worse_games.get(m, [])}}
+           for m in ("hca", "c2a2c", "mix")}}} for g in ("Breakout", "Asterix", "Freeway")}
+    return {"domains": {"bsuite": {"methods": bsuite, "seeds": list(range(bsuite_seeds))},
+                        "MinAtar": {"methods": {m: {} for m in ("a2c", "hca", "c2a2c", "mix")},
+                                    "seeds": list(range(minatar_seeds))}},
+            "tasks": tasks}
+
+
+def test_learning_targets_logic():
+    learning = _import_benchmark("learning")
+    t = learning.targets(_summary(5, 5, 0.05, {"hca": ["minatar_Freeway"]}))
+    assert t["credit_tasks_best_method"] == "hca"  # the highest IQM
+    assert t["minatar_significantly_worse_games"]["hca"] == ["minatar_Freeway"]  # one: allowed
+    assert t["credit_tasks_met"] is True and t["minatar_met"] is True and not t["provisional"]
+    t = learning.targets(_summary(5, 5, -0.01, {"c2a2c": ["minatar_Freeway", "minatar_Asterix"]}))
+    assert t["credit_tasks_met"] is False and t["minatar_met"] is False
+    assert sorted(t["minatar_significantly_worse_games"]["c2a2c"]) == ["minatar_Asterix",
+                                                                      "minatar_Freeway"]
+    assert t["minatar_significantly_worse_games"]["hca"] == []
+    t = learning.targets(_summary(4, 3, 0.5, {}))  # fewer than 5 complete seeds: undecided
+    assert t["provisional"] and t["credit_tasks_met"] is None and t["minatar_met"] is None
+    assert learning.targets({"domains": {}, "tasks": {}})["credit_tasks_best_method"] is None
+
+
+def test_decision_information_against_the_real_environments():
+    """Z_0 (discounted return-to-go from the decision) simulated in the registered envs
+    with uniform actions: the mean gap between the two first actions and the spread
+    within one action match `decision_information`'s shift and noise sd."""
+    import gymnasium as gym
+
+    import hca_rllib  # noqa: F401  (registers the ids)
+
+    ca = _import_benchmark("credit_analysis")
+    rng = np.random.default_rng(0)
+    cases = (("delayed_effect", "HCA/DelayedEffect-v0", {"length": 6, "noise_std": 1.5}, 0),
+             ("key_to_door", "HCA/KeyToDoor-v0", {"distractor_length": 6, "apple_noise_std": 2.0}, 1))
+    for task, env_id, config, good in cases:
+        env = gym.make(env_id, **config)
+        z = {0: [], 1: []}
+        for episode in range(6000):
+            env.reset(seed=episode)
+            first = int(rng.integers(2))
+            action, total, t, done = first, 0.0, 0, False
+            while not done:
+                _, reward, terminated, truncated, _ = env.step(action)
+                total += 0.99 ** t * reward
+                t, done = t + 1, terminated or truncated
+                action = int(rng.integers(2))
+            z[first].append(total)
+        expected = ca.decision_information(task, config)
+        gap = np.mean(z[good]) - np.mean(z[1 - good])
+        sd = np.sqrt((np.var(z[0]) + np.var(z[1])) / 2)
+        assert gap == pytest.approx(expected["delta"], abs=0.15), (task, gap)
+        assert sd == pytest.approx(expected["noise_sd"], rel=0.06), (task, sd)
