@@ -237,6 +237,43 @@ def run_plan(
     return made
 
 
+def run_plan_with_ray(todo: Sequence[Any], *, run_one: Callable[[Any], Dict[str, Any]],
+                      torch_threads: int = 1, **run_plan_kwargs: Any) -> int:
+    """`run_plan` with one embedded Ray (`RAY_INIT_KWARGS`), started before the first run
+    that is not stored yet (so a fully stored plan starts none) and shut down at the end,
+    and torch's intra-op threads set to `torch_threads` before every run."""
+    ray_started = False
+
+    def run_item(item: Any) -> Dict[str, Any]:
+        nonlocal ray_started
+        import torch
+
+        if not ray_started:
+            import ray
+
+            ray.init(**RAY_INIT_KWARGS)
+            ray_started = True
+        torch.set_num_threads(torch_threads)
+        return run_one(item)
+
+    try:
+        return run_plan(todo, run_one=run_item, **run_plan_kwargs)
+    finally:
+        if ray_started:
+            import ray
+
+            ray.shutdown()
+
+
+def inside(path: Path, root: Path) -> bool:
+    """Whether `path` lies under `root` (both resolved)."""
+    try:
+        path.resolve().relative_to(root.resolve())
+        return True
+    except ValueError:
+        return False
+
+
 def load_runs(out: Path, pattern: str, keys: Tuple[str, str, str]
               ) -> Dict[str, Dict[str, Dict[int, Dict[str, Any]]]]:
     """Stored runs as `runs[data[keys[0]]][data[keys[1]]][data[keys[2]]] = data`."""

@@ -68,14 +68,14 @@ for _path in (str(REPO), str(BENCH_DIR)):
         sys.path.insert(0, _path)
 
 from common import (  # noqa: E402
-    RAY_INIT_KWARGS,
     bootstrap_ci,
     command_line,
+    inside,
     load_runs,
     matplotlib_pyplot,
     nan_mean,
     paired_difference,
-    run_plan,
+    run_plan_with_ray,
     write_json,
 )
 from credit_modes import N_ENVS, run_spec  # noqa: E402
@@ -227,19 +227,8 @@ def plan(names: Sequence[str], seeds: Sequence[int], methods: Sequence[str]):
 
 
 def run_all(args, out: Path, names, seeds, methods, steps: int) -> None:
-    import torch
-
-    ray_started = False
-
     def run_item(item):
-        nonlocal ray_started
         name, seed, method = item
-        if not ray_started:
-            import ray
-
-            ray.init(**RAY_INIT_KWARGS)
-            ray_started = True
-        torch.set_num_threads(args.torch_threads)
         setting = SETTINGS[name]
         data = run_spec(name, setting, method, METHODS[method], seed, steps)
         data["setting"] = name
@@ -254,18 +243,12 @@ def run_all(args, out: Path, names, seeds, methods, steps: int) -> None:
             return f"stored overrides {stored.get('overrides')} differ"
         return None
 
-    try:
-        run_plan(plan(names, seeds, methods),
-                 path_of=lambda item: result_path(out, item[0], item[2], item[1]),
-                 target_of=lambda item: steps,
-                 label_of=lambda item: f"{item[0]} {item[2]} seed{item[1]}",
-                 run_one=run_item, time_limit_min=args.time_limit_min,
-                 stored_mismatch=mismatch)
-    finally:
-        if ray_started:
-            import ray
-
-            ray.shutdown()
+    run_plan_with_ray(plan(names, seeds, methods), run_one=run_item,
+                      torch_threads=args.torch_threads,
+                      path_of=lambda item: result_path(out, item[0], item[2], item[1]),
+                      target_of=lambda item: steps,
+                      label_of=lambda item: f"{item[0]} {item[2]} seed{item[1]}",
+                      time_limit_min=args.time_limit_min, stored_mismatch=mismatch)
 
 
 # ---------------------------------------------------------------------- aggregate
@@ -441,14 +424,6 @@ def plot(out: Path, summary: Dict[str, Any]) -> None:
 # -------------------------------------------------------------------------- main
 
 
-def _inside(path: Path, root: Path) -> bool:
-    try:
-        path.resolve().relative_to(root.resolve())
-        return True
-    except ValueError:
-        return False
-
-
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -466,7 +441,7 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.quick and args.out is None:
         args.out = Path(tempfile.mkdtemp(prefix="credit_analysis_quick_"))
-    if args.quick and _inside(args.out, RESULTS_ROOT):
+    if args.quick and inside(args.out, RESULTS_ROOT):
         parser.error("--quick must not write into benchmarks/results")
     args.out = args.out or DEFAULT_OUT
     if args.num_seeds is not None and args.num_seeds < 1:

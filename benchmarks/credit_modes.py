@@ -80,10 +80,10 @@ for _path in (str(REPO), str(BENCH_DIR)):
         sys.path.insert(0, _path)
 
 from common import (  # noqa: E402  (benchmarks/common.py, found via BENCH_DIR)
-    RAY_INIT_KWARGS,
     EpisodeLog,
     command_line,
     episode_return_callback_class,
+    inside,
     iqm_ci,
     lifetime_env_steps,
     load_runs,
@@ -93,7 +93,7 @@ from common import (  # noqa: E402  (benchmarks/common.py, found via BENCH_DIR)
     paired_difference,
     plot_mean_band,
     probability_of_improvement,
-    run_plan,
+    run_plan_with_ray,
     stack_curves,
     window_mean,
     write_json,
@@ -382,36 +382,16 @@ def _stored_mismatch(item: Tuple[str, int, str], stored: Dict[str, Any]) -> Opti
 
 
 def run_all(args, out: Path, tasks, seeds, methods, steps: Dict[str, int]) -> None:
-    import torch
-
-    ray_started = False
-
-    def run_item(item: Tuple[str, int, str]) -> Dict[str, Any]:
-        nonlocal ray_started
-        task, seed, method = item
-        if not ray_started:
-            import ray
-
-            ray.init(**RAY_INIT_KWARGS)
-            ray_started = True
-        torch.set_num_threads(args.torch_threads)
-        return run_one(task, method, seed, steps[task])
-
-    try:
-        run_plan(
-            plan(tasks, seeds, methods),
-            path_of=lambda item: result_path(out, item[0], item[2], item[1]),
-            target_of=lambda item: steps[item[0]],
-            label_of=lambda item: f"{item[0]} {item[2]} seed{item[1]}",
-            run_one=run_item,
-            time_limit_min=args.time_limit_min,
-            stored_mismatch=_stored_mismatch,
-        )
-    finally:
-        if ray_started:
-            import ray
-
-            ray.shutdown()
+    run_plan_with_ray(
+        plan(tasks, seeds, methods),
+        run_one=lambda item: run_one(item[0], item[2], item[1], steps[item[0]]),
+        torch_threads=args.torch_threads,
+        path_of=lambda item: result_path(out, item[0], item[2], item[1]),
+        target_of=lambda item: steps[item[0]],
+        label_of=lambda item: f"{item[0]} {item[2]} seed{item[1]}",
+        time_limit_min=args.time_limit_min,
+        stored_mismatch=_stored_mismatch,
+    )
 
 
 # ---------------------------------------------------------------------- aggregate
@@ -727,14 +707,6 @@ def plot_final_scores(out: Path, summary: Dict[str, Any]) -> None:
 # -------------------------------------------------------------------------- main
 
 
-def _inside(path: Path, root: Path) -> bool:
-    try:
-        path.resolve().relative_to(root.resolve())
-        return True
-    except ValueError:
-        return False
-
-
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
@@ -766,7 +738,7 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.quick and args.out is None:
         args.out = Path(tempfile.mkdtemp(prefix="credit_modes_quick_"))
-    if args.quick and _inside(args.out, RESULTS_ROOT):
+    if args.quick and inside(args.out, RESULTS_ROOT):
         parser.error("--quick must not write into benchmarks/results")
     if args.out is None:
         args.out = DEFAULT_OUT

@@ -80,8 +80,8 @@ for _path in (str(REPO), str(BENCH_DIR)):
         sys.path.insert(0, _path)
 
 from common import (  # noqa: E402
-    RAY_INIT_KWARGS,
     command_line,
+    inside,
     iqm_ci,
     load_runs,
     machine_note,
@@ -89,7 +89,7 @@ from common import (  # noqa: E402
     nan_mean,
     paired_difference,
     plot_mean_band,
-    run_plan,
+    run_plan_with_ray,
     stack_curves,
     write_json,
 )
@@ -236,40 +236,20 @@ def _stored_mismatch(item, stored) -> Optional[str]:
 
 
 def run_all(args, out: Path, tasks, seeds, methods, steps: Dict[str, int]) -> None:
-    import torch
-
     for task in tasks:  # cheap (seconds), needed by the normalisation
         path = out / task / "random.json"
         if TASKS[task].get("random") is None and not path.exists():
             write_json(path, random_score(task, 5 if args.quick else RANDOM_EPISODES))
-    ray_started = False
-
-    def run_item(item):
-        nonlocal ray_started
-        task, seed, method = item
-        if not ray_started:
-            import ray
-
-            ray.init(**RAY_INIT_KWARGS)
-            ray_started = True
-        torch.set_num_threads(args.torch_threads)
-        return run_cell(task, method, seed, steps[task])
-
-    try:
-        run_plan(
-            shard(plan(tasks, seeds, methods), args.shard),
-            path_of=lambda item: result_path(out, item[0], item[2], item[1]),
-            target_of=lambda item: steps[item[0]],
-            label_of=lambda item: f"{item[0]} {item[2]} seed{item[1]}",
-            run_one=run_item,
-            time_limit_min=args.time_limit_min,
-            stored_mismatch=_stored_mismatch,
-        )
-    finally:
-        if ray_started:
-            import ray
-
-            ray.shutdown()
+    run_plan_with_ray(
+        shard(plan(tasks, seeds, methods), args.shard),
+        run_one=lambda item: run_cell(item[0], item[2], item[1], steps[item[0]]),
+        torch_threads=args.torch_threads,
+        path_of=lambda item: result_path(out, item[0], item[2], item[1]),
+        target_of=lambda item: steps[item[0]],
+        label_of=lambda item: f"{item[0]} {item[2]} seed{item[1]}",
+        time_limit_min=args.time_limit_min,
+        stored_mismatch=_stored_mismatch,
+    )
 
 
 # ---------------------------------------------------------------------- aggregate
@@ -638,14 +618,6 @@ def plot_aggregates(out: Path, summary: Dict[str, Any]) -> None:
 # -------------------------------------------------------------------------- main
 
 
-def _inside(path: Path, root: Path) -> bool:
-    try:
-        path.resolve().relative_to(root.resolve())
-        return True
-    except ValueError:
-        return False
-
-
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -665,7 +637,7 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.quick and args.out is None:
         args.out = Path(tempfile.mkdtemp(prefix="learning_quick_"))
-    if args.quick and _inside(args.out, RESULTS_ROOT):
+    if args.quick and inside(args.out, RESULTS_ROOT):
         parser.error("--quick must not write into benchmarks/results")
     args.out = args.out or DEFAULT_OUT
     if args.shard is not None:
