@@ -289,6 +289,7 @@ def aggregate(out: Path) -> Dict[str, Any]:
             stats["vs_a2c"] = (None if method == BASELINE or BASELINE not in p_by_method else
                                paired_difference(p_by_method[method], p_by_method[BASELINE]))
         summary["settings"][name] = entry
+    summary["aggregate"] = aggregate_over_settings(summary)
     write_json(out / "summary.json", summary)
     (out / "summary.md").write_text(summary_markdown(summary))
     plot(out, summary)
@@ -304,6 +305,52 @@ def _peak(values: Sequence[Optional[float]], window: int = PEAK_WINDOW) -> Optio
         return None
     means = np.convolve(finite, np.ones(window) / window, mode="valid")
     return float(means.max())
+
+
+def aggregate_over_settings(summary: Dict[str, Any]) -> Dict[str, Any]:
+    """rliable-style aggregate over all settings (the tasks): IQM of pi(optimal first
+    action) over the (seed, setting) runs of each method, and its difference to a2c with a
+    paired stratified bootstrap CI (95%, and at the Bonferroni level 1 - 0.05/k for picking
+    the best of the k other methods). Only seeds every method ran on every setting."""
+    from hca_rllib.stats import iqm, iqm_ci, paired_stratified_difference_ci
+
+    names = list(summary["settings"])
+    methods = [m for m in METHODS if names and all(
+        m in summary["settings"][n]["methods"] for n in names)]
+    if BASELINE not in methods:
+        return {}
+    seeds = sorted(set.intersection(*[set(summary["settings"][n]["methods"][m]["seeds"])
+                                      for n in names for m in methods]))
+    if len(seeds) < 2:
+        return {}
+
+    def matrix(method):
+        cols = []
+        for n in names:
+            stats = summary["settings"][n]["methods"][method]
+            by_seed = dict(zip(stats["seeds"], stats["p_good"]))
+            cols.append([by_seed[s] for s in seeds])
+        return np.array(cols).T  # (seeds, settings)
+
+    k = len(methods) - 1
+    base = matrix(BASELINE)
+    out: Dict[str, Any] = {"settings": names, "seeds": seeds, "methods": {}}
+    for method in methods:
+        scores = matrix(method)
+        point, low, high, _ = iqm_ci(scores)
+        entry = {"iqm": point, "iqm_ci": [low, high]}
+        if method != BASELINE:
+            d, d_low, d_high = paired_stratified_difference_ci(scores, base, iqm)
+            _, b_low, b_high = paired_stratified_difference_ci(scores, base, iqm,
+                                                               level=1 - 0.05 / k)
+            m, m_low, m_high = paired_stratified_difference_ci(scores, base, np.mean)
+            entry["difference_vs_a2c"] = {"point": d, "ci": [d_low, d_high],
+                                          "bonferroni_level": 1 - 0.05 / k,
+                                          "bonferroni_ci": [b_low, b_high]}
+            # the IQM drops the worst quarter of the runs: the mean shows what it hides
+            entry["mean_difference_vs_a2c"] = {"point": m, "ci": [m_low, m_high]}
+        out["methods"][method] = entry
+    return out
 
 
 def _fmt(value: Optional[float], digits: int = 2) -> str:
@@ -355,6 +402,25 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
                      f"{info['fragment_visible_fraction']:.2f} | {_fmt(mi_peak, 4)} / "
                      f"{_fmt(mi, 4)} | {_fmt(w)} | "
                      + " | ".join(cells) + " |")
+    agg = summary.get("aggregate") or {}
+    if agg.get("methods"):
+        lines += ["", f"## Aggregate over the {len(agg['settings'])} settings "
+                  f"({len(agg['seeds'])} seeds)", "",
+                  "IQM of pi(optimal first action) over all (seed, setting) runs, 95% "
+                  "stratified-bootstrap CI; difference to a2c with a paired stratified "
+                  "bootstrap CI, also at the Bonferroni level for the best of the modes.", "",
+                  "| method | IQM (95% CI) | IQM - a2c (95% CI) | Bonferroni CI | "
+                  "mean - a2c (95% CI) |",
+                  "|---|---|---|---|---|"]
+        for method, e in agg["methods"].items():
+            d = e.get("difference_vs_a2c")
+            diff = "—" if d is None else f"{d['point']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}]"
+            bon = "—" if d is None else (f"{100 * d['bonferroni_level']:.1f}%: "
+                                         f"[{d['bonferroni_ci'][0]:+.3f}, {d['bonferroni_ci'][1]:+.3f}]")
+            md = e.get("mean_difference_vs_a2c")
+            mean = "—" if md is None else f"{md['point']:+.3f} [{md['ci'][0]:+.3f}, {md['ci'][1]:+.3f}]"
+            lines.append(f"| {method} | {e['iqm']:.3f} [{e['iqm_ci'][0]:.3f}, "
+                         f"{e['iqm_ci'][1]:.3f}] | {diff} | {bon} | {mean} |")
     lines += ["", "Plot: `credit_analysis.png`.", ""]
     return "\n".join(lines)
 
