@@ -523,7 +523,8 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
                 f"{s['iqm']:.3f} {_ci(*s['iqm_ci'], 3)} | {diff_text} | "
                 f"{s['optimality_gap']:.3f} {_ci(*s['optimality_gap_ci'], 3)} | "
                 f"{_fmt(s.get('probability_of_improvement'))} |")
-    lines += ["", "## Per task (final score = mean return of the last 100 episodes)", "",
+    lines += ["", "## Per task (final score: mean return of the last 100 episodes; umbrella: mean "
+              "terminal reward of the last 100 episodes)", "",
               "| task | method | seeds | IQM (95% CI) | paired diff vs a2c (95% CI) | "
               "verdict | MI (nats) | steps/s |", "|---|---|---|---|---|---|---|---|"]
     for task, entry in summary["tasks"].items():
