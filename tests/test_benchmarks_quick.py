@@ -358,6 +358,12 @@ def test_credit_analysis_quick(tmp_path):
         assert _finite(entry["methods"]["hca_pure"]["vs_a2c"]["mean"])
         run = json.loads((tmp_path / name / "a2c_seed0.json").read_text())
         assert run["env_check"]["env_config_reached"] is True
+    agg = summary["aggregate"]
+    assert agg["seeds"] == [0, 1] and len(agg["settings"]) == 2
+    diff = agg["methods"]["hca_pure"]["difference_vs_a2c"]
+    assert diff["ci"][0] <= diff["point"] <= diff["ci"][1]
+    assert diff["bonferroni_ci"][0] <= diff["ci"][0] and diff["ci"][1] <= diff["bonferroni_ci"][1]
+    assert _finite(agg["methods"]["hca_pure"]["mean_difference_vs_a2c"]["point"])
     assert (tmp_path / "credit_analysis.png").stat().st_size > 0
 
 
