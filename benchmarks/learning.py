@@ -504,7 +504,7 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
         worse = "; ".join(f"`{m}`: {', '.join(g) if g else 'none'}"
                           for m, g in t["minatar_significantly_worse_games"].items())
         lines.append(f"- MinAtar (target: no credit mode significantly worse than a2c on more "
-                     f"than one game; paired 95% CI below 0): so far {worse}: "
+                     f"than one game; paired 95% CI below 0): {'so far ' if t['provisional'] else ''}{worse}: "
                      f"{verdict[t['minatar_met']]}.")
     lines += ["", "## Aggregates (normalised scores)", "",
               "Normalised score = (final - random) / (reference - random); random: exact "
