@@ -274,6 +274,45 @@ def inside(path: Path, root: Path) -> bool:
         return False
 
 
+def grid_parser(description: str, *, quick_help: str, subset: str,
+                subset_choices: Sequence[str], methods: Sequence[str],
+                steps_help: Optional[str] = None):
+    """The command line the grid benchmarks (`learning.py`, `credit_analysis.py`) share:
+    `--quick`, `--out`, `--<subset>` (tasks / settings), `--methods`, `--num-seeds`,
+    `--steps`, `--time-limit-min`, `--report-only`, `--torch-threads`. Add a script's own
+    options, parse, then call `check_grid_args`."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=description,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(f"--{subset}", nargs="+", choices=list(subset_choices), default=None)
+    parser.add_argument("--methods", nargs="+", choices=list(methods), default=None)
+    parser.add_argument("--num-seeds", type=int, default=None)
+    parser.add_argument("--steps", type=int, default=None, help=steps_help)
+    parser.add_argument("--time-limit-min", type=float, default=None)
+    parser.add_argument("--report-only", action="store_true")
+    parser.add_argument("--torch-threads", type=int, default=1)
+    return parser
+
+
+def check_grid_args(parser, args, *, default_out: Path, results_root: Path,
+                    quick_prefix: str):
+    """`--quick` writes to `--out` or a fresh temp dir, never under `results_root`;
+    `--out` defaults to `default_out`; `--num-seeds` must be >= 1. Returns `args`."""
+    import tempfile
+
+    if args.quick and args.out is None:
+        args.out = Path(tempfile.mkdtemp(prefix=quick_prefix))
+    if args.quick and inside(args.out, results_root):
+        parser.error("--quick must not write into benchmarks/results")
+    args.out = args.out or default_out
+    if args.num_seeds is not None and args.num_seeds < 1:
+        parser.error("--num-seeds must be >= 1")
+    return args
+
+
 def load_runs(out: Path, pattern: str, keys: Tuple[str, str, str]
               ) -> Dict[str, Dict[str, Dict[int, Dict[str, Any]]]]:
     """Stored runs as `runs[data[keys[0]]][data[keys[1]]][data[keys[2]]] = data`."""

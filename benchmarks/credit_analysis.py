@@ -52,10 +52,8 @@ Reproduce (from the repository root):
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -69,8 +67,9 @@ for _path in (str(REPO), str(BENCH_DIR)):
 
 from common import (  # noqa: E402
     bootstrap_ci,
+    check_grid_args,
     command_line,
-    inside,
+    grid_parser,
     load_runs,
     matplotlib_pyplot,
     nan_mean,
@@ -491,28 +490,13 @@ def plot(out: Path, summary: Dict[str, Any]) -> None:
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true",
-                        help=f"{'/'.join(QUICK_SETTINGS)}, {'/'.join(QUICK_METHODS)}, 2 seeds, "
-                             f"{QUICK_STEPS} steps, into --out or a temp dir")
-    parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--settings", nargs="+", choices=list(SETTINGS), default=None)
-    parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=None)
-    parser.add_argument("--num-seeds", type=int, default=None)
-    parser.add_argument("--steps", type=int, default=None)
-    parser.add_argument("--time-limit-min", type=float, default=None)
-    parser.add_argument("--report-only", action="store_true")
-    parser.add_argument("--torch-threads", type=int, default=1)
-    args = parser.parse_args(argv)
-    if args.quick and args.out is None:
-        args.out = Path(tempfile.mkdtemp(prefix="credit_analysis_quick_"))
-    if args.quick and inside(args.out, RESULTS_ROOT):
-        parser.error("--quick must not write into benchmarks/results")
-    args.out = args.out or DEFAULT_OUT
-    if args.num_seeds is not None and args.num_seeds < 1:
-        parser.error("--num-seeds must be >= 1")
-    return args
+    parser = grid_parser(
+        __doc__.split("\n\n")[0],
+        quick_help=f"{'/'.join(QUICK_SETTINGS)}, {'/'.join(QUICK_METHODS)}, 2 seeds, "
+                   f"{QUICK_STEPS} steps, into --out or a temp dir",
+        subset="settings", subset_choices=SETTINGS, methods=METHODS)
+    return check_grid_args(parser, parser.parse_args(argv), default_out=DEFAULT_OUT,
+                           results_root=RESULTS_ROOT, quick_prefix="credit_analysis_quick_")
 
 
 def main(argv=None) -> int:

@@ -62,11 +62,9 @@ Reproduce (from the repository root):
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -80,8 +78,9 @@ for _path in (str(REPO), str(BENCH_DIR)):
         sys.path.insert(0, _path)
 
 from common import (  # noqa: E402
+    check_grid_args,
     command_line,
-    inside,
+    grid_parser,
     iqm_ci,
     load_runs,
     machine_note,
@@ -620,35 +619,21 @@ def plot_aggregates(out: Path, summary: Dict[str, Any]) -> None:
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true",
-                        help=f"{'/'.join(QUICK_TASKS)}, {'/'.join(QUICK_METHODS)}, 2 seeds, "
-                             f"{QUICK_STEPS} steps, into --out or a temp dir")
-    parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=None)
-    parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=None)
-    parser.add_argument("--num-seeds", type=int, default=None)
-    parser.add_argument("--steps", type=int, default=None,
-                        help="override every task's budget (use another --out)")
-    parser.add_argument("--time-limit-min", type=float, default=None)
+    parser = grid_parser(
+        __doc__.split("\n\n")[0],
+        quick_help=f"{'/'.join(QUICK_TASKS)}, {'/'.join(QUICK_METHODS)}, 2 seeds, "
+                   f"{QUICK_STEPS} steps, into --out or a temp dir",
+        subset="tasks", subset_choices=TASKS, methods=METHODS,
+        steps_help="override every task's budget (use another --out)")
     parser.add_argument("--shard", default=None, help="i/n: run every n-th cell from i")
-    parser.add_argument("--report-only", action="store_true")
-    parser.add_argument("--torch-threads", type=int, default=1)
-    args = parser.parse_args(argv)
-    if args.quick and args.out is None:
-        args.out = Path(tempfile.mkdtemp(prefix="learning_quick_"))
-    if args.quick and inside(args.out, RESULTS_ROOT):
-        parser.error("--quick must not write into benchmarks/results")
-    args.out = args.out or DEFAULT_OUT
+    args = check_grid_args(parser, parser.parse_args(argv), default_out=DEFAULT_OUT,
+                           results_root=RESULTS_ROOT, quick_prefix="learning_quick_")
     if args.shard is not None:
         try:
             index, count = (int(v) for v in args.shard.split("/"))
             assert 0 <= index < count
         except (ValueError, AssertionError):
             parser.error(f"--shard must be i/n with 0 <= i < n, got {args.shard!r}")
-    if args.num_seeds is not None and args.num_seeds < 1:
-        parser.error("--num-seeds must be >= 1")
     return args
 
 
