@@ -46,6 +46,7 @@ def parse_overrides(pairs: List[str]) -> Dict[str, Any]:
 def build_config(args: argparse.Namespace):
     from hca_rllib import A2CConfig, HCAConfig
     from hca_rllib.credit import CREDIT_MODES
+    from hca_rllib.hca import RENAMED_FIELDS
 
     if args.algo not in ALGORITHMS:
         raise UsageError(f"unknown algorithm {args.algo!r}; choose one of {list(ALGORITHMS)}")
@@ -61,11 +62,11 @@ def build_config(args: argparse.Namespace):
     )
     config.debugging(seed=args.seed)
     overrides = parse_overrides(args.set)
-    unknown = [key for key in overrides if not hasattr(config, key)]
+    unknown = [key for key in overrides if not hasattr(config, key) and key not in RENAMED_FIELDS]
     if unknown:
         raise UsageError(f"unknown config key(s) in --set: {unknown}")
-    config.update_from_dict(overrides)
     try:
+        config.update_from_dict(overrides)  # an old field name fails here, naming the new one
         config.validate()
     except ValueError as error:
         raise UsageError(str(error).splitlines()[0]) from None

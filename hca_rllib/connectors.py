@@ -84,7 +84,7 @@ class ComputeCreditAdvantages(ConnectorV2):
         gae = credit.gae_advantages(
             rewards, values, terminateds, truncateds, config.gamma, config.lambda_
         )
-        value_targets = returns if config.returns == "monte_carlo" else gae + values
+        value_targets = returns if config.return_mode == "monte_carlo" else gae + values
         diagnostics: Dict[str, Any] = {}
         advantages = gae
 

@@ -36,13 +36,18 @@ from hca_rllib.module import HINDSIGHT_CHOICES, HINDSIGHT_DEFAULTS
 OPTIMIZERS = ("rmsprop", "adam")
 RETURN_MODES = ("bootstrap", "monte_carlo")
 
+# Fields renamed so as not to collide with RLlib's names: `optimizer` is RLlib's own
+# (old API stack) optimizer dict, `returns` a train-batch column. The old names are
+# refused with a one-line error that names the new field.
+RENAMED_FIELDS: Dict[str, str] = {"optimizer": "optimizer_type", "returns": "return_mode"}
+
 # The fields `HCAConfig.training()` accepts on top of RLlib's, with their defaults.
 HCA_TRAINING_DEFAULTS: Dict[str, Any] = {
     # Advantage estimator (method note, section 2): a2c, hca, c2a2c or mix.
     "credit": "hca",
     # `bootstrap`: n-step returns bootstrapped with V at fragment ends;
     # `monte_carlo`: full-episode returns (needs batch_mode="complete_episodes").
-    "returns": "bootstrap",
+    "return_mode": "bootstrap",
     "vf_loss_coeff": 0.5,
     "entropy_coeff": 0.0,
     # Standardise advantages over the batch (RLlib's GAE always does; A2C does not).
@@ -76,10 +81,26 @@ HCA_TRAINING_DEFAULTS: Dict[str, Any] = {
     "hindsight_epochs": 0,
     # Classifier learning rate; None: same as `lr`.
     "hindsight_lr": None,
-    "optimizer": "rmsprop",
+    "optimizer_type": "rmsprop",
     "rmsprop_alpha": 0.99,
     "optimizer_eps": 1e-5,
 }
+
+
+def renamed_field_message(old: str, value: Any = NotProvided) -> str:
+    """The one-line error for a field under its old name (`RENAMED_FIELDS`)."""
+    new = RENAMED_FIELDS[old]
+    example = f"{new}={value!r}" if value is not NotProvided else new
+    return (f"{old!r} was renamed {new!r} (so as not to collide with RLlib's names): "
+            f"use {example}")
+
+
+def _is_rllib_value(old: str, value: Any) -> bool:
+    """Whether `value` under the old name `old` is RLlib's own field, not ours: RLlib's
+    `optimizer` is a dict (old API stack, {} by default); `returns` is no RLlib field."""
+    if old == "optimizer":
+        return value is None or isinstance(value, dict)
+    return value is None
 
 
 class HCAConfig(AlgorithmConfig):
@@ -157,6 +178,9 @@ class HCAConfig(AlgorithmConfig):
     @override(AlgorithmConfig)
     def training(self, *, lambda_=NotProvided, **kwargs) -> "HCAConfig":
         """RLlib's training settings plus those in `HCA_TRAINING_DEFAULTS`."""
+        for old in RENAMED_FIELDS:
+            if old in kwargs and not _is_rllib_value(old, kwargs[old]):
+                raise ValueError(renamed_field_message(old, kwargs[old]))
         ours = {k: kwargs.pop(k) for k in list(kwargs) if k in HCA_TRAINING_DEFAULTS}
         super().training(**kwargs)
         if lambda_ is not NotProvided:
@@ -180,6 +204,9 @@ class HCAConfig(AlgorithmConfig):
         """Like RLlib's, but a partial `hindsight` dict merges into the current one
         (Tune's `param_space` and `Algorithm(config={...})` come through here)."""
         config_dict = dict(config_dict)
+        for old in RENAMED_FIELDS:
+            if old in config_dict and not _is_rllib_value(old, config_dict[old]):
+                raise ValueError(renamed_field_message(old, config_dict[old]))
         hindsight = config_dict.pop("hindsight", None)
         super().update_from_dict(config_dict)
         if hindsight is not None:
@@ -255,8 +282,11 @@ class HCAConfig(AlgorithmConfig):
         if not self.enable_rl_module_and_learner or not self.enable_env_runner_and_connector_v2:
             fail("HCA runs on RLlib's new API stack only (api_stack must stay enabled)")
         choice("credit", self.credit, CREDIT_MODES)
-        choice("returns", self.returns, RETURN_MODES)
-        choice("optimizer", self.optimizer, OPTIMIZERS)
+        for old in RENAMED_FIELDS:  # set as attributes, or from an old config dict
+            if not _is_rllib_value(old, getattr(self, old, None)):
+                fail(renamed_field_message(old, getattr(self, old)))
+        choice("return_mode", self.return_mode, RETURN_MODES)
+        choice("optimizer_type", self.optimizer_type, OPTIMIZERS)
         in_range("gamma", self.gamma, 0.0, 1.0, low_open=True)
         in_range("lambda_", self.lambda_, 0.0, 1.0)
         if not callable(self.lr) and not isinstance(self.lr, list):
@@ -290,8 +320,8 @@ class HCAConfig(AlgorithmConfig):
             bins_range = self.hindsight["bins_range"]
             if len(bins_range) != 2 or not bins_range[0] < bins_range[1]:
                 fail(f"hindsight.bins_range must be [low, high] with low < high, got {list(bins_range)}")
-        if self.returns == "monte_carlo" and self.batch_mode != "complete_episodes":
-            fail('returns="monte_carlo" needs batch_mode="complete_episodes" '
+        if self.return_mode == "monte_carlo" and self.batch_mode != "complete_episodes":
+            fail('return_mode="monte_carlo" needs batch_mode="complete_episodes" '
                  f"(env_runners(batch_mode=...)), got {self.batch_mode!r}")
         if self.model_config.get("use_lstm"):
             fail("model_config.use_lstm: recurrent models are not supported by HCA")

@@ -79,7 +79,7 @@ class HCATorchLearner(TorchLearner):
 
     @staticmethod
     def _make_optimizer(params, config) -> torch.optim.Optimizer:
-        if config.optimizer == "rmsprop":
+        if config.optimizer_type == "rmsprop":
             # Stable-Baselines3's A2C: alpha 0.99, eps 1e-5 (torch's default eps 1e-8
             # gives much larger first steps).
             return torch.optim.RMSprop(params, alpha=config.rmsprop_alpha, eps=config.optimizer_eps)

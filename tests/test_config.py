@@ -12,7 +12,8 @@ import pytest
 
 import hca_rllib
 from hca_rllib import A2C, HCA, A2CConfig, HCAConfig
-from hca_rllib.hca import HCA_TRAINING_DEFAULTS
+from hca_rllib.credit import CREDIT_MODES
+from hca_rllib.hca import HCA_TRAINING_DEFAULTS, RENAMED_FIELDS
 from hca_rllib.module import HINDSIGHT_DEFAULTS
 
 
@@ -27,8 +28,8 @@ def cartpole(**training) -> HCAConfig:
 INVALID = [
     # (id, training kwargs, regex the message must match)
     ("credit", {"credit": "bogus"}, r"credit must be one of \['a2c', 'hca', 'c2a2c', 'mix'\].*'bogus'"),
-    ("returns", {"returns": "td"}, r"returns must be one of \['bootstrap', 'monte_carlo'\].*'td'"),
-    ("optimizer", {"optimizer": "sgd"}, r"optimizer must be one of \['rmsprop', 'adam'\].*'sgd'"),
+    ("return_mode", {"return_mode": "td"}, r"return_mode must be one of \['bootstrap', 'monte_carlo'\].*'td'"),
+    ("optimizer_type", {"optimizer_type": "sgd"}, r"optimizer_type must be one of \['rmsprop', 'adam'\].*'sgd'"),
     ("gamma_0", {"gamma": 0.0}, r"gamma must be in \(0\.0, 1\.0\]"),
     ("gamma_1.5", {"gamma": 1.5}, r"gamma must be in \(0\.0, 1\.0\]"),
     ("gamma_nan", {"gamma": math.nan}, r"gamma must be in \(0\.0, 1\.0\]"),
@@ -74,8 +75,8 @@ INVALID = [
     ),
     (
         "monte_carlo",
-        {"returns": "monte_carlo"},
-        r'returns="monte_carlo" needs batch_mode="complete_episodes"',
+        {"return_mode": "monte_carlo"},
+        r'return_mode="monte_carlo" needs batch_mode="complete_episodes"',
     ),
     ("lr_nan", {"lr": math.nan}, r"lr must be in \(0\.0, inf\)"),
     ("lr_inf", {"lr": math.inf}, r"lr must be in \(0\.0, inf\)"),
@@ -101,16 +102,80 @@ VALID = [
     ("reliability_decay_0", {"reliability_decay": 0.0}),
     ("hindsight_epochs_3", {"hindsight_epochs": 3}),
     ("hindsight_lr", {"hindsight_lr": 1e-3}),
-    ("adam", {"optimizer": "adam"}),
+    ("adam", {"optimizer_type": "adam"}),
     ("bins", {"hindsight": {"return_encoding": "bins", "num_bins": 2, "bins_range": [-1.0, 1.0]}}),
     # num_bins / bins_range only matter with the bins encoding.
     ("num_bins_unused", {"hindsight": {"return_encoding": "symlog", "num_bins": 1}}),
-] + [(f"credit_{c}", {"credit": c}) for c in ("a2c", "hca", "c2a2c", "mix")]
+] + [(f"credit_{c}", {"credit": c}) for c in CREDIT_MODES]
 
 
 @pytest.mark.parametrize("kwargs", [c[1] for c in VALID], ids=[c[0] for c in VALID])
 def test_valid_setting_accepted(kwargs):
     cartpole(**kwargs).validate()
+
+
+# The fields renamed so as not to collide with RLlib's names: each old name gives one line
+# naming the new field, however it comes in.
+RENAMES = [("optimizer", "optimizer_type", "adam"), ("returns", "return_mode", "monte_carlo")]
+
+
+def test_renamed_fields_are_all_tested_and_not_rllib_fields():
+    from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+
+    assert RENAMED_FIELDS == {old: new for old, new, _ in RENAMES}
+    rllib = AlgorithmConfig()
+    for old, new, _ in RENAMES:
+        assert not hasattr(rllib, new), new  # the new names collide with nothing in RLlib
+        assert new in HCA_TRAINING_DEFAULTS and old not in HCA_TRAINING_DEFAULTS
+    # `optimizer` really is RLlib's (an old-API-stack dict): the reason for the rename.
+    assert rllib.optimizer == {}
+
+
+@pytest.mark.parametrize("old,new,value", RENAMES)
+def test_old_field_name_in_training_names_the_new_one(old, new, value):
+    with pytest.raises(ValueError) as error:
+        HCAConfig().training(**{old: value})
+    message = str(error.value)
+    assert "\n" not in message
+    assert message == f"{old!r} was renamed {new!r} (so as not to collide with RLlib's names): use {new}={value!r}"
+    # The new name works and sets the field.
+    assert getattr(HCAConfig().training(**{new: value}), new) == value
+
+
+@pytest.mark.parametrize("old,new,value", RENAMES)
+def test_old_field_name_in_a_config_dict_names_the_new_one(old, new, value):
+    with pytest.raises(ValueError, match=rf"^'{old}' was renamed '{new}' .*use {new}='{value}'$"):
+        HCAConfig().update_from_dict({old: value})
+    with pytest.raises(ValueError, match=rf"^'{old}' was renamed '{new}'"):
+        HCAConfig.from_dict({"env": "CartPole-v1", old: value})
+    # Set as an attribute (bypassing training()), validation catches it.
+    config = cartpole()
+    setattr(config, old, value)
+    with pytest.raises(ValueError, match=rf"^'{old}' was renamed '{new}'"):
+        config.validate()
+
+
+@pytest.mark.parametrize("old,new,value", RENAMES)
+def test_old_field_name_in_cli_set_is_one_line_exit_2(old, new, value, tmp_path, capsys):
+    from hca_rllib.cli import main
+
+    code = main(["train", "--set", f"{old}={value}", "--output", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err == (f"hca-rllib: error: {old!r} was renamed {new!r} (so as not to collide with "
+                   f"RLlib's names): use {new}={value!r}\n")
+    assert not (tmp_path / "run").exists()  # refused before anything is written
+
+
+def test_rllib_own_optimizer_dict_still_passes():
+    # RLlib's `optimizer` field (a dict, old API stack) is RLlib's: to_dict / from_dict
+    # round trips carry it, and it is not mistaken for the old name.
+    config = cartpole(optimizer_type="adam")
+    assert config.to_dict()["optimizer"] == {}
+    again = HCAConfig.from_dict(config.to_dict())
+    assert again.optimizer_type == "adam" and again.optimizer == {}
+    again.validate()
+    cartpole(optimizer={"type": "ignored"}).validate()
 
 
 def test_unknown_hindsight_option_raises_in_training():
@@ -119,7 +184,7 @@ def test_unknown_hindsight_option_raises_in_training():
 
 
 def test_monte_carlo_accepted_with_complete_episodes():
-    config = cartpole(returns="monte_carlo").env_runners(batch_mode="complete_episodes")
+    config = cartpole(return_mode="monte_carlo").env_runners(batch_mode="complete_episodes")
     config.validate()
 
 

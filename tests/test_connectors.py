@@ -77,7 +77,7 @@ def test_normalize_advantages_when_asked():
 
 @pytest.mark.parametrize("mode", ["bootstrap", "monte_carlo"])
 def test_returns_bootstrap_or_monte_carlo(mode):
-    config = HCAConfig().training(credit="hca", returns=mode, gamma=0.95)
+    config = HCAConfig().training(credit="hca", return_mode=mode, gamma=0.95)
     if mode == "monte_carlo":
         config.env_runners(batch_mode="complete_episodes")
     batch = make_batch(seed=3)

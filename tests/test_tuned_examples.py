@@ -62,7 +62,7 @@ def test_script_constants_and_config_validate_for_both_algorithms(family, module
         assert config.credit == credit
         assert type(config).__name__ == f"{algo}Config"
         assert config.entropy_coeff == 0.01
-        assert config.lr == 7e-4 and config.optimizer == "rmsprop"
+        assert config.lr == 7e-4 and config.optimizer_type == "rmsprop"
         assert config.gamma == 0.99 and config.lambda_ == 1.0
         assert config.grad_clip == 0.5 and config.grad_clip_by == "global_norm"
         assert config.normalize_advantages is False

@@ -77,7 +77,7 @@ def atari_config(game: str, algo: str = "HCA", credit: Optional[str] = None, *,
     _batch(config, ATARI_NUM_ENVS, ATARI_ROLLOUT, num_env_runners)
     config.training(
         lr=7e-4,
-        optimizer="rmsprop",
+        optimizer_type="rmsprop",
         rmsprop_alpha=0.99,
         optimizer_eps=1e-5,
         gamma=0.99,
@@ -100,7 +100,7 @@ def minatar_config(game: str, algo: str = "HCA", credit: Optional[str] = None, *
     _batch(config, MINATAR_NUM_ENVS, MINATAR_ROLLOUT, num_env_runners)
     config.training(
         lr=7e-4,
-        optimizer="rmsprop",
+        optimizer_type="rmsprop",
         rmsprop_alpha=0.99,
         optimizer_eps=1e-5,
         gamma=0.99,
