@@ -1,4 +1,4 @@
-"""Tests for the pure maths in `hca_rllib.credit` (method note: shared/docs/hca-method.md).
+"""Tests for the pure maths in `hca_rllib.credit` (method note: docs/method.md).
 
 References are written as plain per-chunk Python loops straight from the definitions,
 not as the backward recursions that the module uses.
