@@ -1,7 +1,8 @@
 """The maths of hindsight credit assignment: pure functions, torch tensors in and out.
 
-Every function here can be checked line by line against `shared/docs/hca-method.md`
-(sections 1, 2 and 4). Nothing in this module imports RLlib.
+Every function here can be checked line by line against `docs/method.md` (sections 1,
+2 and 4), the method note that comments across the package cite. Nothing in this module
+imports RLlib.
 
 Sequence convention (the one RLlib's learner connectors produce after
 `AddOneTsToEpisodesAndTruncate`): the batch is a flat concatenation of episode
