@@ -157,6 +157,8 @@ for _path in (str(REPO), str(BENCH_DIR)):
 
 from common import RAY_INIT_KWARGS, command_line, lifetime_env_steps, machine_note, write_json  # noqa: E402
 
+from hca_rllib.credit import HINDSIGHT_CREDIT_MODES  # noqa: E402
+
 T_PROCESS = time.perf_counter()  # imports and Ray's start count toward the total wall time
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "throughput"
 MIB = 2**20
@@ -247,7 +249,7 @@ def ours_config(env: str, method: str, quick: bool = False):
     from hca_rllib import A2CConfig, HCAConfig
 
     runners = int(method[-1]) if method.startswith("a2c_runners") else 0
-    credit = method if method in ("hca", "c2a2c", "mix") else None
+    credit = method if method in HINDSIGHT_CREDIT_MODES else None
     if env == "atari":
         from tuned_examples.common import atari_config
 
@@ -855,7 +857,7 @@ def targets(data: Dict[str, Any]) -> List[Dict[str, Any]]:
                         "met": bool(wall >= threshold),
                         "met_cpu": None if cpu is None else bool(cpu >= threshold)})
 
-        for mode in ("hca", "c2a2c", "mix"):
+        for mode in HINDSIGHT_CREDIT_MODES:
             add(f"{mode} >= 0.9 x A2C", f"{mode} / A2C", mode, "a2c", 0.9)
         add("A2C >= RLlib PPO (1 epoch, same batch and network)", "A2C / PPO", "a2c",
             "ppo_1epoch")

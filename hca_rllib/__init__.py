@@ -5,7 +5,7 @@ RLlib's algorithm registry, and the known-answer environments with gymnasium.
 """
 
 from hca_rllib import envs  # noqa: F401  (registers the known-answer envs)
-from hca_rllib.hca import A2C, HCA, A2CConfig, HCAConfig
+from hca_rllib.hca import ALGORITHMS, A2C, HCA, A2CConfig, HCAConfig
 from hca_rllib.module import HCATorchRLModule
 
 __all__ = ["A2C", "A2CConfig", "HCA", "HCAConfig", "HCATorchRLModule"]
@@ -16,7 +16,7 @@ def _register() -> None:
     from ray.rllib.algorithms import registry
     from ray.tune import register_trainable
 
-    for name, algo_class in (("HCA", HCA), ("A2C", A2C)):
+    for name, algo_class in ALGORITHMS.items():
         register_trainable(name, algo_class)
         registry.ALGORITHMS[name] = lambda c=algo_class: (c, c.get_default_config())
         registry.ALGORITHMS_CLASS_TO_NAME[algo_class.__name__] = name

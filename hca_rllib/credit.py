@@ -24,7 +24,10 @@ from typing import Dict, Optional
 import numpy as np
 import torch
 
+# The advantage estimators, the one list of them (the CLI, sweeps, tuned examples and
+# benchmarks import it). All but `a2c` use the hindsight classifier.
 CREDIT_MODES = ("a2c", "hca", "c2a2c", "mix")
+HINDSIGHT_CREDIT_MODES = tuple(mode for mode in CREDIT_MODES if mode != "a2c")
 
 
 def _as_numpy(x) -> np.ndarray:

@@ -29,7 +29,7 @@ from ray.rllib.connectors.learner.frame_stacking import FrameStackingLearner
 from ray.rllib.utils import force_list
 
 from hca_rllib.callbacks import GameScoreCallback
-from hca_rllib.credit import CREDIT_MODES
+from hca_rllib.credit import CREDIT_MODES, HINDSIGHT_CREDIT_MODES
 from hca_rllib.envs.resolver import EnvResolutionError, env_family, resolve_env
 from hca_rllib.module import HINDSIGHT_CHOICES, HINDSIGHT_DEFAULTS
 
@@ -217,7 +217,7 @@ class HCAConfig(AlgorithmConfig):
     def uses_hindsight(self) -> bool:
         """Whether the classifier is evaluated and trained (always, unless A2C with
         `hindsight_loss_coeff=0`)."""
-        return self.credit != "a2c" or self.hindsight_loss_coeff > 0
+        return self.credit in HINDSIGHT_CREDIT_MODES or self.hindsight_loss_coeff > 0
 
     @override(AlgorithmConfig)
     def get_default_rl_module_spec(self) -> RLModuleSpec:
@@ -306,7 +306,7 @@ class HCAConfig(AlgorithmConfig):
         in_range("reliability_decay", self.reliability_decay, 0.0, 1.0, high_open=True)
         if self.hindsight_lr is not None:
             in_range("hindsight_lr", self.hindsight_lr, 0.0, math.inf, low_open=True, high_open=True)
-        if self.credit != "a2c" and self.hindsight_loss_coeff == 0 and self.hindsight_epochs == 0:
+        if self.credit in HINDSIGHT_CREDIT_MODES and self.hindsight_loss_coeff == 0 and self.hindsight_epochs == 0:
             fail(f"credit={self.credit!r} needs a trained classifier: hindsight_loss_coeff "
                  f"must be > 0 (or hindsight_epochs >= 1), got 0")
         if (not isinstance(self.hindsight_epochs, int) or isinstance(self.hindsight_epochs, bool)
@@ -332,12 +332,6 @@ class HCAConfig(AlgorithmConfig):
             if not isinstance(action_space, gym.spaces.Discrete):
                 fail(f"action_space must be gymnasium.spaces.Discrete (HCA needs action "
                      f"probabilities), got {action_space}")
-
-
-# RLlib warns once per algorithm that it runs "on the new API stack ... if you don't want
-# to"; these algorithms exist only there, so the warning is spent here, unshown.
-for _name in ("HCA", "A2C"):
-    log_once(f"{_name}_on_new_api_stack")
 
 
 class A2CConfig(HCAConfig):
@@ -399,3 +393,13 @@ class A2C(HCA):
     @override(Algorithm)
     def get_default_config(cls) -> A2CConfig:
         return A2CConfig()
+
+
+# The algorithms by name, the one list of them: registered with Tune and RLlib
+# (`hca_rllib/__init__.py`), the CLI's and the tuned examples' `--algo` choices.
+ALGORITHMS: Dict[str, type] = {"HCA": HCA, "A2C": A2C}
+
+# RLlib warns once per algorithm that it runs "on the new API stack ... if you don't want
+# to"; these algorithms exist only there, so the warning is spent here, unshown.
+for _name in ALGORITHMS:
+    log_once(f"{_name}_on_new_api_stack")

@@ -35,6 +35,8 @@ HINDSIGHT_LOGITS = "hindsight_logits"
 # Nature DQN torso (Mnih et al. 2015), valid padding: 84x84 -> 20 -> 9 -> 7, 3136 wide.
 NATURE_CNN_FILTERS = [[32, 8, 4, "valid"], [64, 4, 2, "valid"], [64, 3, 1, "valid"]]
 NATURE_CNN_DENSE = 512
+# The smallest image that torso takes: 36 -> 8 -> 3 -> 1 through its three convs.
+MIN_DEFAULT_CNN_SIZE = 36
 
 HINDSIGHT_DEFAULTS: Dict[str, Any] = {
     # `policy_relative`: logits_q = stopgrad(logits_pi) + f(s, Z); `independent`: f(s, Z).
@@ -60,16 +62,22 @@ def is_image_space(space: gym.Space) -> bool:
     return isinstance(space, gym.spaces.Box) and len(space.shape) == 3
 
 
+def default_cnn_too_small(space: gym.Space, model_config: Dict[str, Any]) -> bool:
+    """Whether `space` is an image smaller than the default CNN takes, with no
+    `conv_filters` in `model_config` (the one check: the env resolver uses it too)."""
+    return (is_image_space(space) and min(space.shape[:2]) < MIN_DEFAULT_CNN_SIZE
+            and not model_config.get("conv_filters"))
+
+
 def default_model_config(observation_space: gym.Space, user_config: Dict[str, Any]) -> Dict[str, Any]:
     """RLlib's defaults overlaid with A2C's usual choices for this observation space."""
     config = dataclasses.asdict(DefaultModelConfig())
     if is_image_space(observation_space):
-        height, width = observation_space.shape[:2]
-        if min(height, width) < 36 and not user_config.get("conv_filters"):
+        if default_cnn_too_small(observation_space, user_config):
             raise ValueError(
                 f"observation shape {observation_space.shape}: the default Nature CNN needs "
-                f"images of at least 36x36; set model_config['conv_filters'] for smaller "
-                f"images (or flatten them)"
+                f"images of at least {MIN_DEFAULT_CNN_SIZE}x{MIN_DEFAULT_CNN_SIZE}; set "
+                f"model_config['conv_filters'] for smaller images (or flatten them)"
             )
         config.update(conv_filters=NATURE_CNN_FILTERS, conv_dense_hiddens=[NATURE_CNN_DENSE],
                       vf_share_layers=True)

@@ -436,6 +436,28 @@ def test_small_image_without_conv_filters_is_a_clear_error():
     assert module.pi_torso.output_dim == 512
 
 
+@pytest.mark.parametrize("side,too_small", [(35, True), (36, False)])
+def test_module_and_resolver_share_one_image_size_check(side, too_small):
+    # The one threshold: the module and the resolver refuse the same images.
+    from hca_rllib.envs.resolver import EnvInfo, EnvResolutionError, _check_network, env_family
+    from hca_rllib.module import MIN_DEFAULT_CNN_SIZE, default_cnn_too_small, default_model_config
+
+    assert MIN_DEFAULT_CNN_SIZE == 36
+    space = gymnasium.spaces.Box(0, 255, (side, 50, 4), np.uint8)
+    assert default_cnn_too_small(space, {}) is too_small
+    assert default_cnn_too_small(space, {"conv_filters": [[16, 3, 1, "valid"]]}) is False
+    assert default_cnn_too_small(gymnasium.spaces.Box(0, 1, (4,)), {}) is False
+    info = EnvInfo("Small-v0", env_family("CartPole-v1"), space, gymnasium.spaces.Discrete(3), 1)
+    if too_small:
+        with pytest.raises(ValueError, match=r"images of at least 36x36"):
+            default_model_config(space, {})
+        with pytest.raises(EnvResolutionError, match=r"smaller than the 36x36"):
+            _check_network(info, {})
+    else:
+        assert default_model_config(space, {})["conv_filters"]
+        _check_network(info, {})
+
+
 def test_plain_a2c_builds_no_classifier():
     module = HCATorchRLModule(
         observation_space=gymnasium.spaces.Box(-1, 1, (4,), np.float32),

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
-ALGORITHMS = ("HCA", "A2C")
+from hca_rllib.hca import ALGORITHMS
 
 # Stable-Baselines3 zoo A2C on Atari (hyperparams/a2c.yml, `atari:` entry): 16 envs,
 # n_steps 5, RMSprop(TF-like) lr 7e-4 eps 1e-5 alpha 0.99, ent_coef 0.01, vf_coef 0.25,
