@@ -1,25 +1,29 @@
 """A remote EnvRunner whose environment raises mid-episode is replaced, training reaches
-its budget, and the failure is counted in results.jsonl."""
+its budget, and the failure is counted in results.jsonl; the fault-injection env lives in
+`hca_rllib.testing`, out of the default registry."""
 
 import json
 import os
+import subprocess
+import sys
 
 from hca_rllib import HCAConfig
 from hca_rllib.runner import run_training
+from hca_rllib.testing import FAIL_ONCE_ENV_ID
 
 
 def test_failing_env_runner_is_replaced_and_counted(ray_local, tmp_path):
     marker = tmp_path / "failed_once"
     config = (
         HCAConfig()
-        .environment("HCA/FailOnce-v0", env_config={"env_id": "CartPole-v1", "fail_at_step": 150,
-                                                    "marker": str(marker)})
+        .environment(FAIL_ONCE_ENV_ID, env_config={"env_id": "CartPole-v1", "fail_at_step": 150,
+                                                   "marker": str(marker)})
         .env_runners(num_env_runners=1, num_envs_per_env_runner=4, num_cpus_per_env_runner=0.5)
         .training(train_batch_size_per_learner=256)
         .fault_tolerance(delay_between_env_runner_restarts_s=1.0)  # RLlib's default waits 60 s
         .debugging(seed=0)
     )
-    last = run_training(config, tmp_path / "run", 2000, run_info={"env": "HCA/FailOnce-v0"},
+    last = run_training(config, tmp_path / "run", 2000, run_info={"env": FAIL_ONCE_ENV_ID},
                         checkpoint_every=0, wandb="off", tensorboard=False, progress=False)
     assert marker.exists()  # the env did raise, in the EnvRunner's process
     assert int(marker.read_text()) != os.getpid()
@@ -28,3 +32,30 @@ def test_failing_env_runner_is_replaced_and_counted(ray_local, tmp_path):
     assert lines[-1]["env_runner_restarts"] + lines[-1]["env_runners_dropped"] >= 1  # counted, not hidden
     assert lines[-1]["healthy_env_runners"] == 1  # replaced
     assert [line["iteration"] for line in lines] == list(range(1, len(lines) + 1))
+
+
+def test_fault_injection_is_not_in_the_default_registry():
+    """A default `import hca_rllib` registers no fault-injection env: not in gymnasium's
+    registry, not among the resolver's ids. Importing `hca_rllib.testing` (what the
+    `module:id` form does in any process) registers it."""
+    code = (
+        "import sys, gymnasium, hca_rllib\n"
+        "from hca_rllib.envs import register_all, resolve_env, EnvResolutionError\n"
+        "ids = register_all()\n"
+        "assert ids and 'HCA/KeyToDoor-v0' in ids, ids\n"
+        "leaked = [i for i in list(gymnasium.envs.registry) + list(ids) if 'FailOnce' in i]\n"
+        "assert not leaked, leaked\n"
+        "assert 'hca_rllib.testing' not in sys.modules\n"
+        "for old in ('HCA/FailOnce-v0', 'FailOnce-v0'):\n"
+        "    try:\n"
+        "        resolve_env(old)\n"
+        "    except EnvResolutionError as error:\n"
+        "        assert 'unknown environment id' in str(error), error\n"
+        "    else:\n"
+        "        raise AssertionError(old + ' resolved')\n"
+        "info = resolve_env('hca_rllib.testing:FailOnce-v0', {'marker': '/nonexistent/m'})\n"
+        "assert info.action_space.n == 2 and 'FailOnce-v0' in gymnasium.envs.registry\n"
+        "print('ok')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout[-2000:] + proc.stderr[-2000:]

@@ -25,12 +25,12 @@ def test_sweep_2_envs_x_2_credits_x_2_seeds_completes_with_a_report(tmp_path):
         [sys.executable, "-m", "hca_rllib", "sweep", "--envs", "minatar/Breakout,HCA/KeyToDoor-v0",
          "--credits", "a2c,hca", "--seeds", "0,1", "--stop-timesteps", "1024",
          "--num-envs-per-env-runner", "4", "--set", "train_batch_size_per_learner=256",
-         "--checkpoint-every", "2", "--output", str(tmp_path), "--name", "grid", "--wandb", "off"],
-        capture_output=True, text=True, timeout=900,
+         "--checkpoint-every", "2", "--output", "sweeps", "--name", "grid", "--wandb", "off"],
+        capture_output=True, text=True, timeout=900, cwd=tmp_path,  # a relative --output
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "8 trials, 0 errored" in proc.stdout
-    trials = [p for p in (tmp_path / "grid").iterdir() if (p / "run.json").exists()]
+    trials = [p for p in (tmp_path / "sweeps" / "grid").iterdir() if (p / "run.json").exists()]
     assert len(trials) == 8
     seen = set()
     for trial in trials:
@@ -40,7 +40,7 @@ def test_sweep_2_envs_x_2_credits_x_2_seeds_completes_with_a_report(tmp_path):
         assert lines[-1]["env_steps"] >= 1024
         assert list(trial.glob("checkpoint_*"))
     assert len(seen) == 8
-    page = (tmp_path / "grid" / "report" / "report.md").read_text()
+    page = (tmp_path / "sweeps" / "grid" / "report" / "report.md").read_text()
     for env in ("minatar/Breakout", "HCA/KeyToDoor-v0"):
         assert f"| {env} | A2C | 2 |" in page and f"| {env} | HCA (hca) | 2 |" in page
 
@@ -51,7 +51,7 @@ def test_failed_trial_is_retried_from_its_checkpoint(ray_local, tmp_path, kill):
     SIGKILL of the whole trial process (a crash, an OOM kill)."""
     marker = tmp_path / "failed_once"
     results, _ = run_sweep(
-        envs=["HCA/FailOnce-v0"], credits=["hca"], seeds=[0], stop_timesteps=1536,
+        envs=["hca_rllib.testing:FailOnce-v0"], credits=["hca"], seeds=[0], stop_timesteps=1536,
         storage_path=str(tmp_path), name="retry", num_envs_per_env_runner=4,
         overrides={"env_config": {"env_id": "CartPole-v1", "fail_at_step": 700, "marker": str(marker),
                                   "kill": kill},

@@ -592,10 +592,6 @@ _REGISTRATIONS: dict[str, dict[str, Any]] = {
         "entry_point": "hca_rllib.envs.known_answer:Shortcut",
         "max_episode_steps": KNOWN_ANSWER_MAX_EPISODE_STEPS,
     },
-    # Fault injection (hca_rllib/envs/faults.py): fails once, at a chosen step.
-    "HCA/FailOnce-v0": {
-        "entry_point": "hca_rllib.envs.faults:make_fail_once",
-    },
     # The wrapped env brings its own time limit through the inner gymnasium.make.
     DELAYED_REWARD_ENV_ID: {
         "entry_point": "hca_rllib.envs.known_answer:make_delayed_reward",

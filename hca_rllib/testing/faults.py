@@ -1,4 +1,4 @@
-"""Fault injection for testing fault tolerance: ``HCA/FailOnce-v0``.
+"""Fault injection for testing fault tolerance: ``hca_rllib.testing:FailOnce-v0``.
 
 Wraps any env id and raises ``RuntimeError`` (or, with ``kill=True``, SIGKILLs its own
 process) at a chosen step, once: the first process to
