@@ -4,6 +4,7 @@ pipelines), MinAtar, bsuite, key-to-door, gymnasium's ``module:Env`` ids, and ev
 import math
 import re
 import sys
+import warnings
 
 import gymnasium as gym
 import numpy as np
@@ -314,6 +315,88 @@ def test_minatar_observations_and_actions():
         first = [env.step(0)[0] for _ in range(5)]
         env.reset(seed=0)
         assert all(np.array_equal(a, env.step(0)[0]) for a in first)  # seeded
+
+
+@pytest.mark.parametrize("version, minimal", [("v1", True), ("v0", False)])
+@pytest.mark.parametrize("game", sorted(MINATAR_GAMES))
+def test_minatar_own_ids_are_the_same_game(game, version, minimal):
+    """``MinAtar/<Game>-v1`` / ``-v0`` (MinAtar's ids) resolve to our env and play exactly
+    the game MinAtar's own gym env plays from the same seed: same actions, same planes
+    (bool there, 0/255 here), same rewards, sticky actions included."""
+    from minatar.gym import BaseEnv  # MinAtar's env, built directly (no registration)
+
+    env_id = f"MinAtar/{game}-{version}"
+    info = resolve_env(env_id)
+    assert info.family.name == "minatar" and info.frame_stack == 1
+    assert HCAConfig().environment(env_id)._model_config_auto_includes["conv_filters"] == [[16, 3, 1, "valid"]]
+    ours = gym.make(env_id).unwrapped
+    theirs = BaseEnv(game=MINATAR_GAMES[game], use_minimal_action_set=minimal)
+    assert ours.action_space == theirs.action_space == info.action_space
+    assert ours.action_space.n == (len(ours.game.minimal_action_set()) if minimal else 6)
+    ours.reset()
+    theirs.reset()
+    ours.game.seed(7)
+    theirs.game.seed(7)
+    ours.game.reset()
+    theirs.game.reset()
+    rng = np.random.default_rng(0)
+    rewards = 0.0
+    for _ in range(300):
+        action = int(rng.integers(ours.action_space.n))
+        obs, reward, terminated, *_ = ours.step(action)
+        state, their_reward, their_terminated, *_ = theirs.step(action)
+        assert np.array_equal(obs, state.astype(np.uint8) * 255)
+        assert (reward, terminated) == (their_reward, their_terminated)
+        rewards += reward
+        if terminated:
+            ours.game.reset()
+            theirs.game.reset()
+    if minimal:  # the id we document: also the same spaces as minatar/<Game>
+        plain = resolve_env(f"minatar/{game}")
+        assert (plain.observation_space, plain.action_space) == (info.observation_space, info.action_space)
+
+
+def test_minatar_id_registered_by_minatar_itself_is_named(monkeypatch):
+    import dataclasses
+
+    theirs = dataclasses.replace(gym.spec("MinAtar/Breakout-v1"), entry_point="minatar.gym:BaseEnv",
+                                 kwargs={"game": "breakout", "use_minimal_action_set": True})
+    monkeypatch.setitem(gym.envs.registry, "MinAtar/Breakout-v1", theirs)
+    message = _validation_error("MinAtar/Breakout-v1")
+    assert "'MinAtar/Breakout-v1' is registered in this process by 'minatar.gym:BaseEnv'" in message
+    assert "use 'minatar/Breakout', the same game" in message
+
+
+def test_minatar_wrong_version_names_the_ids():
+    message = _validation_error("MinAtar/Breakout-v2")
+    assert "unknown environment id 'MinAtar/Breakout-v2'; did you mean 'MinAtar/Breakout-v1'" in message
+
+
+@pytest.mark.parametrize("env_id, first, second, shape", [
+    ("ALE/Pong-v5", "atari-machado/Pong", "atari/Pong", (210, 160, 3)),
+    ("BreakoutNoFrameskip-v4", "atari/Breakout", "atari-machado/Breakout", (210, 160, 3)),
+    ("ALE/SpaceInvaders-v5", "atari-machado/SpaceInvaders", "atari/SpaceInvaders", (210, 160, 3)),
+])
+def test_ale_own_ids_stay_raw_and_say_so_once(monkeypatch, env_id, first, second, shape):
+    """ale-py's ids are not the Atari protocol (raw RGB frames, unclipped, no max-pool in
+    v5), so they are not mapped: they resolve as they are, with one line, once, naming
+    the ids that give the protocol."""
+    from hca_rllib.envs import resolver
+
+    monkeypatch.setattr(resolver, "_WARNED", set())
+    with pytest.warns(resolver.RawAtariWarning) as caught:
+        info = resolve_env(env_id)
+    assert len(caught) == 1
+    message = str(caught[0].message)
+    assert "\n" not in message
+    assert message.startswith(f"{env_id!r} is ale-py's raw env (observations {shape},")
+    assert f"use {first!r} or {second!r}" in message
+    assert info.family.name == "gymnasium" and info.observation_space.shape == shape  # not mapped
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        resolve_env(env_id)  # once per id and process
+        resolve_env(first)  # the protocol ids do not warn
+        resolve_env("CartPole-v1")
 
 
 @pytest.mark.parametrize("env_id", ["bsuite/umbrella_length-3", "bsuite/umbrella_distract-2", "bsuite/discounting_chain-0"])

@@ -1,4 +1,4 @@
-"""The known-answer tasks of hca-method.md section 5 and their closed forms.
+"""The known-answer tasks of docs/method.md section 5 and their closed forms.
 
 Monte Carlo checks use fixed seeds and a tolerance of a few standard errors, so they
 test the numbers, not just that the code runs.

@@ -1,4 +1,4 @@
-"""Atari through ale-py, under the two standard protocols (benchmarks.md, "Atari protocol").
+"""Atari through ale-py, under the two standard protocols (docs/benchmarks.md, section 1, "Atari").
 
 Ids: ``atari/<Game>`` runs the *classic* protocol, ``atari-machado/<Game>`` the Machado et
 al. (2018) one, for every game ale-py ships (``atari/Pong``, ``atari/SpaceInvaders``, ...).

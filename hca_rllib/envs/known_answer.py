@@ -1,4 +1,4 @@
-"""Small tasks whose answers are known in closed form (hca-method.md, section 5).
+"""Small tasks whose answers are known in closed form (docs/method.md, section 5).
 
 They exist so that tests and benchmarks can check credit-assignment code against exact
 values instead of against intuition:

@@ -6,6 +6,13 @@ Games: Breakout, Asterix, Freeway, Seaquest, SpaceInvaders. Observations are the
 ``MinAtar/<Game>-v1``), sticky actions 0.1 and difficulty ramping are MinAtar's defaults.
 The network MinAtar's authors use (one 3x3 convolution with 16 channels and a 128-unit
 dense layer) is the default model for these ids (:data:`MINATAR_MODEL_CONFIG`).
+
+MinAtar's own gymnasium ids (what ``minatar.gym.register_envs()`` registers, and its
+README uses) are accepted too, as the same game: ``MinAtar/<Game>-v1`` is
+``minatar/<Game>`` (minimal action set) and ``MinAtar/<Game>-v0`` is ``minatar/<Game>``
+with ``minimal_action_set=False`` (all six actions). Same dynamics, sticky actions and
+ramping; the one difference is the encoding above (``uint8`` 0/255 where MinAtar's gym
+env gives ``bool`` planes).
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from typing import Optional
 import gymnasium as gym
 import numpy as np
 
-__all__ = ["MINATAR_GAMES", "MINATAR_MODEL_CONFIG", "MinAtarEnv", "register_minatar_envs"]
+__all__ = ["MINATAR_GAMES", "MINATAR_MODEL_CONFIG", "MinAtarEnv", "minatar_upstream_ids", "register_minatar_envs"]
 
 MINATAR_GAMES = {
     "Breakout": "breakout",
@@ -37,6 +44,7 @@ class MinAtarEnv(gym.Env):
         difficulty_ramping: bool = True,
         max_episode_steps: Optional[int] = None,
         render_mode: Optional[str] = None,
+        minimal_action_set: bool = True,
     ):
         from minatar import Environment  # optional dependency: hca_rllib[minatar]
 
@@ -49,7 +57,10 @@ class MinAtarEnv(gym.Env):
             sticky_action_prob=sticky_action_prob,
             difficulty_ramping=difficulty_ramping,
         )
-        self._actions = list(self.game.minimal_action_set())
+        if minimal_action_set:
+            self._actions = list(self.game.minimal_action_set())
+        else:  # MinAtar/<Game>-v0: every action MinAtar has, as its gym env does
+            self._actions = list(range(self.game.num_actions()))
         self.action_space = gym.spaces.Discrete(len(self._actions))
         shape = tuple(self.game.state_shape())
         self.observation_space = gym.spaces.Box(0, 255, shape, np.uint8)
@@ -84,11 +95,27 @@ class MinAtarEnv(gym.Env):
         return np.repeat(np.repeat(colors[index], 16, axis=0), 16, axis=1)
 
 
+def minatar_upstream_ids() -> dict:
+    """MinAtar's own gymnasium id -> ``(our id, the kwargs that make it the same env)``."""
+    ids = {}
+    for game in MINATAR_GAMES:
+        ids[f"MinAtar/{game}-v0"] = (f"minatar/{game}", {"minimal_action_set": False})
+        ids[f"MinAtar/{game}-v1"] = (f"minatar/{game}", {})
+    return ids
+
+
 def register_minatar_envs():
+    """Register ``minatar/<Game>`` and MinAtar's own ``MinAtar/<Game>-v0/-v1`` ids (ids
+    already registered, e.g. by ``minatar.gym.register_envs()``, are kept)."""
     ids = []
     for game in MINATAR_GAMES:
         env_id = f"minatar/{game}"
         if env_id not in gym.envs.registry:
             gym.register(id=env_id, entry_point="hca_rllib.envs.minatar:MinAtarEnv", kwargs={"game": game})
+        ids.append(env_id)
+    for env_id, (ours, kwargs) in minatar_upstream_ids().items():
+        if env_id not in gym.envs.registry:
+            gym.register(id=env_id, entry_point="hca_rllib.envs.minatar:MinAtarEnv",
+                         kwargs={**gym.spec(ours).kwargs, **kwargs})
         ids.append(env_id)
     return ids

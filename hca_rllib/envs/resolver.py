@@ -10,14 +10,20 @@ string and nothing needs registering by hand.
 | ``atari/<Game>`` | atari | classic protocol (see :mod:`hca_rllib.envs.atari`) |
 | ``atari-machado/<Game>`` | atari | Machado et al. 2018 protocol, sticky actions 0.25 |
 | ``minatar/<Game>`` | minatar | MinAtar's five games |
+| ``MinAtar/<Game>-v1``, ``-v0`` | minatar | MinAtar's own ids: the same game (``-v0``: all six actions) |
 | ``bsuite/<experiment>-<setting>`` | bsuite | ``umbrella_length``, ``umbrella_distract``, ``discounting_chain`` |
-| ``HCA/<Task>-v0`` | known_answer | the tasks of hca-method.md section 5 and key-to-door |
+| ``HCA/<Task>-v0`` | known_answer | the tasks of docs/method.md section 5 and key-to-door |
 | ``module.path:EnvName-v0`` | gymnasium | gymnasium's own form: import the module, then make the id |
-| any other registered id | gymnasium | e.g. ``CartPole-v1``, ``ALE/Pong-v5`` (raw, unprocessed) |
+| any other registered id | gymnasium | e.g. ``CartPole-v1``; ale-py's ``ALE/Pong-v5`` is raw (a warning names the protocol id) |
 
 :func:`resolve_env` checks an id before any worker starts: unknown ids (with close
 matches), missing optional dependencies (naming the extra to install), non-``Discrete``
-action spaces, and image observations too small for the default network.
+action spaces, and image observations too small for the default network. ale-py's own ids
+(``ALE/<Game>-v5``, ``<Game>NoFrameskip-v4``, ...) are not the Atari protocol (their
+frames are raw RGB, rewards unclipped, no life-loss or noop handling, and ``-v5`` has no
+max-pool), so they are not mapped: they train as they are, and a one-line
+:class:`RawAtariWarning`, once per id and process, names the ``atari/`` or
+``atari-machado/`` id that gives the protocol.
 """
 
 from __future__ import annotations
@@ -26,17 +32,21 @@ import dataclasses
 import difflib
 import functools
 import importlib
+import warnings
 from typing import Any, Dict, Optional
 
 import gymnasium as gym
 
-__all__ = ["EnvFamily", "EnvInfo", "EnvResolutionError", "env_family", "resolve_env", "register_all"]
-
-MIN_DEFAULT_CNN_SIZE = 36
+__all__ = ["EnvFamily", "EnvInfo", "EnvResolutionError", "RawAtariWarning", "env_family", "resolve_env",
+           "register_all"]
 
 
 class EnvResolutionError(ValueError):
     """An environment id that cannot be used, with the reason in the message."""
+
+
+class RawAtariWarning(UserWarning):
+    """An ale-py id: raw frames, not the Atari protocol of ``atari/<Game>``."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,10 +62,12 @@ class EnvFamily:
 def _families() -> Dict[str, EnvFamily]:
     from hca_rllib.envs.minatar import MINATAR_MODEL_CONFIG
 
+    minatar = EnvFamily("minatar", "minatar/", ("minatar",), "minatar", model_config=MINATAR_MODEL_CONFIG)
     return {
         "atari/": EnvFamily("atari", "atari/", ("ale_py",), "atari", frame_stack=4),
         "atari-machado/": EnvFamily("atari", "atari-machado/", ("ale_py",), "atari", frame_stack=4),
-        "minatar/": EnvFamily("minatar", "minatar/", ("minatar",), "minatar", model_config=MINATAR_MODEL_CONFIG),
+        "minatar/": minatar,
+        "MinAtar/": minatar,  # MinAtar's own ids, MinAtar/<Game>-v0 / -v1 (minatar.py)
         "bsuite/": EnvFamily("bsuite", "bsuite/", ("bsuite", "shimmy"), "bsuite"),
         "HCA/": EnvFamily("known_answer", "HCA/", (), None),
     }
@@ -133,7 +145,8 @@ def _unknown(env_id: str) -> EnvResolutionError:
     hint = f"; did you mean {', '.join(repr(m) for m in matches)}?" if matches else ""
     return EnvResolutionError(
         f"unknown environment id {env_id!r}{hint} (ids: atari/<Game>, atari-machado/<Game>, "
-        f"minatar/<Game>, bsuite/<experiment>-<setting>, HCA/<Task>-v0, any gymnasium id, or "
+        f"minatar/<Game> or MinAtar/<Game>-v1, bsuite/<experiment>-<setting>, HCA/<Task>-v0, any "
+        f"gymnasium id, or "
         f"'module:EnvName-v0')"
     )
 
@@ -186,7 +199,10 @@ def resolve_env(
     register_all()
     _require_module(env, family)
     _check_id(env, family)
+    _check_upstream(env, family)
     observation_space, action_space = _spaces(env, dict(env_config or {}))
+    if family is GYMNASIUM:
+        _warn_raw_atari(env, observation_space)
     if not isinstance(action_space, gym.spaces.Discrete):
         raise EnvResolutionError(
             f"environment {env!r} has action space {action_space}; HCA and A2C need a "
@@ -203,6 +219,53 @@ def resolve_env(
     info = EnvInfo(env, family, observation_space, action_space, stack)
     _check_network(info, {**family.model_config, **(model_config or {})})
     return info
+
+
+def _check_upstream(env_id: str, family: EnvFamily) -> None:
+    """``MinAtar/<Game>-v1`` must be this package's env: the one every Ray worker builds."""
+    if not env_id.startswith("MinAtar/"):
+        return
+    from hca_rllib.envs.minatar import minatar_upstream_ids
+
+    entry_point = gym.spec(env_id).entry_point
+    if entry_point != "hca_rllib.envs.minatar:MinAtarEnv":
+        ours, kwargs = minatar_upstream_ids().get(env_id, ("minatar/<Game>", {}))
+        given = f" with env_config={kwargs}" if kwargs else ""
+        raise EnvResolutionError(
+            f"environment {env_id!r} is registered in this process by {entry_point!r} (e.g. "
+            f"minatar.gym.register_envs()), not by hca_rllib, so Ray workers would build a "
+            f"different env; use {ours!r}{given}, the same game"
+        )
+
+
+_WARNED: set = set()
+
+
+def _warn_raw_atari(env_id: str, observation_space: gym.Space) -> None:
+    """One line, once per id and process, for ale-py's own ids (``ALE/Pong-v5``, ...)."""
+    spec = gym.spec(_gym_id(env_id))
+    if spec.entry_point != "ale_py.env:AtariEnv" or env_id in _WARNED:
+        return
+    _WARNED.add(env_id)
+    from hca_rllib.envs.atari import ATARI_PROTOCOLS, atari_games
+
+    kwargs = spec.kwargs
+    names = {rom: name for name, rom in atari_games().items()}
+    game = names.get(kwargs.get("game"), "<Game>")
+    sticky = float(kwargs.get("repeat_action_probability", 0.25))
+    frameskip = kwargs.get("frameskip", 4)
+    # The protocol whose sticky actions this id has comes first.
+    machado = sticky == ATARI_PROTOCOLS["machado"].repeat_action_probability
+    first, second = ("atari-machado", "atari") if machado else ("atari", "atari-machado")
+    shape = getattr(observation_space, "shape", None)
+    warnings.warn(
+        f"{env_id!r} is ale-py's raw env (observations {shape}, frameskip {frameskip}, sticky "
+        f"actions {sticky:g}, unclipped rewards, no frame stack or life-loss handling), not the "
+        f"Atari protocol; for the protocol (84x84 grey, max-pool, 4 stacked frames, clipped "
+        f"rewards) use {first + '/' + game!r} or {second + '/' + game!r}",
+        RawAtariWarning,
+        stacklevel=3,
+    )
 
 
 _SPACES: Dict[str, tuple] = {}
@@ -225,11 +288,10 @@ def _spaces(env_id: str, env_config: Dict[str, Any]):
 
 
 def _check_network(info: EnvInfo, model_config: Dict[str, Any]) -> None:
+    from hca_rllib.module import MIN_DEFAULT_CNN_SIZE, default_cnn_too_small
+
     space = info.module_observation_space
-    if not (isinstance(space, gym.spaces.Box) and len(space.shape) == 3):
-        return
-    height, width = space.shape[:2]
-    if min(height, width) < MIN_DEFAULT_CNN_SIZE and not model_config.get("conv_filters"):
+    if default_cnn_too_small(space, model_config):
         raise EnvResolutionError(
             f"environment {info.env_id!r} gives image observations of shape {space.shape}, "
             f"smaller than the {MIN_DEFAULT_CNN_SIZE}x{MIN_DEFAULT_CNN_SIZE} the default Nature "
