@@ -46,6 +46,46 @@ def test_every_script_file_is_listed_and_in_the_readme():
         assert f"tuned_examples/{family}/{module}.py" in readme
 
 
+def test_games_table_is_the_scripts_and_the_readme_states_its_figures():
+    from tuned_examples import games
+
+    assert {(f, m) for f, rows in games.GAMES.items() for m in rows} == set(SCRIPTS)
+    readme = (ROOT / "tuned_examples" / "README.md").read_text()
+    rows = {line.split("|")[1].strip(): line for line in readme.splitlines() if line.startswith("| [")}
+    for module, row in games.ATARI.items():
+        line = rows[f"[`tuned_examples/atari/{module}.py`](atari/{module}.py)"]
+        assert f"A2C {row['a2c_score']}" in line, module
+    for module, row in games.MINATAR.items():
+        line = rows[f"[`tuned_examples/minatar/{module}.py`](minatar/{module}.py)"]
+        assert all(f"{algo} {score}" in line for algo, (score, _) in row["measured"].items()), module
+    with pytest.raises(ValueError, match=r"no tuned example atari/tetris; known: \['atari/pong'"):
+        games.game_row("atari", "tetris")
+
+
+@pytest.mark.parametrize("family,module", SCRIPTS)
+def test_script_is_a_few_lines_and_help_states_its_facts(family, module, capsys):
+    from tuned_examples import games
+
+    mod = load(family, module)
+    code = [line for line in Path(mod.__file__).read_text().split('"""')[-1].splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
+    assert len(code) <= 8, code  # the facts are data (games.py), the code is shared
+    with pytest.raises(SystemExit) as exit_info:
+        mod.main(["--help"])
+    assert exit_info.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    row = games.game_row(family, module)
+    assert row["name"] in text and "--stop-timesteps" in text
+    if family == "atari":
+        assert f"Expected: A2C {row['a2c_score']}" in text and "10M agent steps (40M frames)" in text
+        assert "(docs/benchmarks.md)" in mod.EXPECTED["A2C"]["source"]
+    else:
+        for algo, (score, speed) in row["measured"].items():
+            assert f"{algo} {score:.2f}" in text and f"{speed:,} steps/s" in mod.EXPECTED[algo]["source"]
+    assert f"python tuned_examples/{family}/{module}.py --algo A2C" in text
+    assert "shared/" not in text + json.dumps(mod.EXPECTED) + mod.__doc__
+
+
 @pytest.mark.parametrize("family,module", SCRIPTS)
 def test_script_constants_and_config_validate_for_both_algorithms(family, module):
     mod = load(family, module)

@@ -1,6 +1,8 @@
 """Shared pieces of the tuned examples: the Atari and MinAtar configs, and `main()`.
 
-Every script in `tuned_examples/atari/` and `tuned_examples/minatar/` is both
+Every script in `tuned_examples/atari/` and `tuned_examples/minatar/` is a few lines that
+call `tuned_example(__file__)`: its per-game facts are a row of `tuned_examples/games.py`.
+Each is both
 
 * a module whose `config(algo, credit)` returns a ready `HCAConfig` / `A2CConfig`
   (importable: ``from tuned_examples.atari.pong import config``), and
@@ -36,6 +38,9 @@ ATARI_STEPS_PER_ITERATION = 2000
 # The project's A2C defaults on vector / small-image tasks: 8 envs x 64-step rollouts.
 MINATAR_NUM_ENVS = 8
 MINATAR_ROLLOUT = 64
+MINATAR_BUDGET = 2_000_000  # env steps: a full run takes minutes on a 2-core machine
+
+BUDGETS = {"atari": ATARI_BUDGET, "minatar": MINATAR_BUDGET}
 
 
 def _base_config(algo: str, credit: Optional[str]):
@@ -66,6 +71,25 @@ def _batch(config, num_envs: int, rollout: int, num_env_runners: int):
     ).training(train_batch_size_per_learner=max(num_env_runners, 1) * num_envs * rollout)
 
 
+def _a2c_training(config, vf_loss_coeff: float):
+    """A2C's optimiser and loss settings, shared by both families (SB3's A2C: RMSprop lr
+    7e-4 alpha 0.99 eps 1e-5, gamma 0.99, lambda 1, entropy 0.01, grad clip 0.5, no
+    advantage normalisation); only the value coefficient differs."""
+    return config.training(
+        lr=7e-4,
+        optimizer_type="rmsprop",
+        rmsprop_alpha=0.99,
+        optimizer_eps=1e-5,
+        gamma=0.99,
+        lambda_=1.0,
+        entropy_coeff=0.01,
+        vf_loss_coeff=vf_loss_coeff,
+        grad_clip=0.5,
+        grad_clip_by="global_norm",
+        normalize_advantages=False,
+    )
+
+
 def atari_config(game: str, algo: str = "HCA", credit: Optional[str] = None, *,
                  num_env_runners: int = 0):
     """`atari/<game>` (classic protocol) with the SB3 zoo's A2C Atari hyperparameters."""
@@ -75,20 +99,7 @@ def atari_config(game: str, algo: str = "HCA", credit: Optional[str] = None, *,
     config.env_runners(gym_env_vectorize_mode="vector_entry_point")
     config.reporting(min_sample_timesteps_per_iteration=ATARI_STEPS_PER_ITERATION)
     _batch(config, ATARI_NUM_ENVS, ATARI_ROLLOUT, num_env_runners)
-    config.training(
-        lr=7e-4,
-        optimizer_type="rmsprop",
-        rmsprop_alpha=0.99,
-        optimizer_eps=1e-5,
-        gamma=0.99,
-        lambda_=1.0,
-        entropy_coeff=0.01,
-        vf_loss_coeff=0.25,
-        grad_clip=0.5,
-        grad_clip_by="global_norm",
-        normalize_advantages=False,
-    )
-    return config
+    return _a2c_training(config, vf_loss_coeff=0.25)
 
 
 def minatar_config(game: str, algo: str = "HCA", credit: Optional[str] = None, *,
@@ -98,25 +109,15 @@ def minatar_config(game: str, algo: str = "HCA", credit: Optional[str] = None, *
     config = _base_config(algo, credit)
     config.environment(f"minatar/{game}")
     _batch(config, MINATAR_NUM_ENVS, MINATAR_ROLLOUT, num_env_runners)
-    config.training(
-        lr=7e-4,
-        optimizer_type="rmsprop",
-        rmsprop_alpha=0.99,
-        optimizer_eps=1e-5,
-        gamma=0.99,
-        lambda_=1.0,
-        entropy_coeff=0.01,
-        vf_loss_coeff=0.5,
-        grad_clip=0.5,
-        grad_clip_by="global_norm",
-        normalize_advantages=False,
-    )
-    return config
+    return _a2c_training(config, vf_loss_coeff=0.5)
 
 
 def make_parser(budget: int, default_output: str, description: str = ""):
-    first_line = description.strip().splitlines()[0] if description.strip() else None
-    parser = argparse.ArgumentParser(description=first_line)
+    lines = description.strip().splitlines()
+    # The first line is the description; the rest (the game's facts) comes after the options.
+    parser = argparse.ArgumentParser(description=lines[0] if lines else None,
+                                     epilog="\n".join(lines[1:]).strip() or None,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algo", default="HCA", choices=list(ALGORITHMS))
     parser.add_argument("--credit", default=None,
                         help="a2c, hca, c2a2c or mix (default: hca for HCA, a2c for A2C)")
@@ -196,3 +197,29 @@ def main(make_config: Callable[..., Any], *, budget: int, expected: Dict[str, An
     print(f"done: {last['env_steps']:,} env steps, {last['iteration']} iterations, "
           f"score {last.get('score')}; run in {output}", flush=True)
     return last
+
+
+def tuned_example(script: str):
+    """What a tuned-example script defines, from its own path
+    (`tuned_examples/<family>/<module>.py`) and its row in `tuned_examples/games.py`:
+    `(ENV, BUDGET, EXPECTED, config, main)`. `config(algo="HCA", credit=None, *,
+    num_env_runners=0)` builds the tuned config; `main(argv=None)` trains it."""
+    from tuned_examples import games
+
+    path = Path(script)
+    family, module = path.parent.name, path.stem
+    row = games.game_row(family, module)
+    make = atari_config if family == "atari" else minatar_config
+    budget = BUDGETS[family]
+    expected = games.expected(family, module)
+
+    def config(algo: str = "HCA", credit: Optional[str] = None, *, num_env_runners: int = 0):
+        """The config for `algo` ("HCA" or "A2C"); `credit` None: the algorithm's own."""
+        return make(row["game"], algo, credit, num_env_runners=num_env_runners)
+
+    def run(argv=None) -> Dict[str, Any]:
+        return main(config, budget=budget, expected=expected,
+                    default_output=f"runs/tuned/{family}_{module}", argv=argv,
+                    description=games.describe(family, module, budget))
+
+    return f"{family}/{row['game']}", budget, expected, config, run

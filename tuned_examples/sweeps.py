@@ -26,12 +26,15 @@ from tuned_examples.common import (  # noqa: E402
     ATARI_NUM_ENVS,
     ATARI_ROLLOUT,
     ATARI_STEPS_PER_ITERATION,
+    MINATAR_BUDGET,
     MINATAR_NUM_ENVS,
     MINATAR_ROLLOUT,
 )
+from tuned_examples.games import ATARI, MINATAR  # noqa: E402
 
-ATARI_GAMES = ["Pong", "Breakout", "BeamRider", "Qbert", "Seaquest", "SpaceInvaders", "Enduro"]
-MINATAR_GAMES = ["Breakout", "Asterix", "Freeway", "Seaquest", "SpaceInvaders"]
+# The games of the tuned examples (tuned_examples/games.py), in its order.
+ATARI_GAMES = [row["game"] for row in ATARI.values()]
+MINATAR_GAMES = [row["game"] for row in MINATAR.values()]
 # A2C against the two estimators of the paper; `mix` (their blend) is left out.
 CREDITS = [mode for mode in CREDIT_MODES if mode != "mix"]
 
@@ -50,7 +53,7 @@ SWEEPS = {
     "minatar": {
         "envs": [f"minatar/{game}" for game in MINATAR_GAMES],
         "seeds": [0, 1, 2, 3, 4],
-        "stop_timesteps": 2_000_000,
+        "stop_timesteps": MINATAR_BUDGET,
         "num_envs_per_env_runner": MINATAR_NUM_ENVS,
         "rollout": MINATAR_ROLLOUT,
         "metric": "env_runners/episode_return_mean",

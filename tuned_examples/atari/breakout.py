@@ -1,21 +1,7 @@
-"""Atari Breakout (classic protocol), A2C or HCA, with the SB3 zoo's A2C hyperparameters.
+"""Atari Breakout (classic protocol), A2C or HCA: ``python tuned_examples/atari/breakout.py --help``.
 
-Protocol and hyperparameters: ``tuned_examples/common.py`` (``atari_config``) and
-``tuned_examples/README.md``; the score is the unclipped full-game return.
-
-Budget: 10M agent steps (40M frames), the standard A2C budget.
-
-Expected: A2C 279.8 (SB3 zoo benchmark, 10M steps, one run: see
-``shared/docs/benchmarks.md``). HCA: not measured yet.
-
-Run::
-
-    python tuned_examples/atari/breakout.py --algo A2C
-    python tuned_examples/atari/breakout.py --algo HCA --seed 1 --output runs/hca1
-    python tuned_examples/atari/breakout.py --num-env-runners 8 --address auto   # a cluster
-    python tuned_examples/atari/breakout.py --output runs/hca1 --resume
-
-Time: about 11 hours on 2 cores, extrapolated (see ``tuned_examples/README.md``).
+Its facts (budget, expected scores with their sources) are a row of
+``tuned_examples/games.py``; the config and the command line are ``tuned_examples/common.py``.
 """
 
 import sys
@@ -24,28 +10,9 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `tuned_examples` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tuned_examples.common import ATARI_BUDGET, atari_config, main  # noqa: E402
+from tuned_examples.common import tuned_example  # noqa: E402
 
-ENV = "atari/Breakout"
-BUDGET = ATARI_BUDGET  # 10M agent steps = 40M frames
-EXPECTED = {
-    "A2C": {
-        "score": 279.8,
-        "source": "Stable-Baselines3 zoo benchmark, BreakoutNoFrameskip-v4, 10M steps, 1 run "
-                  "(shared/docs/benchmarks.md)",
-    },
-    "HCA": {
-        "score": None,
-        "source": "not measured yet (the HCA paper's tables are not available here)",
-    },
-}
-
-
-def config(algo="HCA", credit=None, *, num_env_runners=0):
-    """The config for `algo` ("HCA" or "A2C"); `credit` None: the algorithm's own."""
-    return atari_config("Breakout", algo, credit, num_env_runners=num_env_runners)
-
+ENV, BUDGET, EXPECTED, config, main = tuned_example(__file__)
 
 if __name__ == "__main__":
-    main(config, budget=BUDGET, expected=EXPECTED,
-         default_output="runs/tuned/atari_breakout", description=__doc__)
+    main()
