@@ -15,6 +15,8 @@ directory:
   bootstrap band over seeds;
 * ``diagnostics_<env>.png`` per environment with HCA diagnostics: mutual information,
   hindsight vs policy accuracy, reliability, C2A2C mask and HCA clip fractions;
+* ``performance_profile_<env>.png`` per environment with 2 or more scored methods:
+  rliable's performance profile of the final scores (fraction of seeds above tau);
 * ``report.md``: the runs found, the results table and the images;
 * ``report.json``: the same numbers.
 
@@ -362,6 +364,41 @@ def _plot_diagnostics(path: Path, env: str, groups: Dict[str, Group],
     return [panel[0] for panel in panels]
 
 
+def _plot_performance_profile(path: Path, env: str, summaries: Dict[str, Dict[str, Any]],
+                              colors: Dict[str, Any], score_label: str
+                              ) -> Optional[Dict[str, Any]]:
+    """rliable's performance profile of one environment's final scores (the methods
+    share the environment, so their scores are comparable): per method the fraction of
+    seeds whose final score is above tau, with its 95% stratified bootstrap band, on 51
+    thresholds spanning all scores plus their pooled quartiles. None (nothing written)
+    with fewer than 2 scored methods."""
+    scores = {m: s["final_scores"] for m, s in summaries.items() if s["n_seeds"]}
+    if len(scores) < 2:
+        return None
+    pooled = np.concatenate([np.asarray(v, dtype=np.float64) for v in scores.values()])
+    quartiles = np.percentile(pooled, [25, 50, 75])
+    taus = np.unique(np.concatenate([np.linspace(pooled.min(), pooled.max(), 51), quartiles]))
+    taus, profiles = stats.performance_profile(scores, taus)
+    figure = _figure(6.4, 4.2)
+    ax = figure.add_subplot(1, 1, 1)
+    stats.plot_performance_profile(ax, taus, profiles, {m: colors[m] for m in scores},
+                                   xlabel=f"final score: {score_label} (tau)")
+    ax.set_title(f"{env}: performance profile (band: 95% stratified bootstrap CI)",
+                 fontsize="medium")
+    figure.tight_layout()
+    figure.savefig(path, dpi=DPI)
+    at = [int(np.searchsorted(taus, q)) for q in quartiles]
+    return {
+        "taus": taus.tolist(),
+        "quartile_taus": quartiles.tolist(),
+        "reps": stats.PROFILE_REPS,
+        "methods": {m: {"profile": p.tolist(), "ci_low": lo.tolist(), "ci_high": hi.tolist(),
+                        "at_quartile_taus": [[float(p[i]), float(lo[i]), float(hi[i])]
+                                             for i in at]}
+                    for m, (p, lo, hi) in profiles.items()},
+    }
+
+
 # ----------------------------------------------------------------------- report
 
 
@@ -494,12 +531,18 @@ def write_report(run_dirs: List[Path], out: Path, *, final_fraction: float = 0.1
         panels = _plot_diagnostics(out / diag_name, env, by_method, colors)
         if panels is None and (out / diag_name).exists():
             (out / diag_name).unlink()  # stale, from an earlier report
+        profile_name = f"performance_profile_{slug}.png"
+        profile = _plot_performance_profile(out / profile_name, env, summaries, colors, ylabel)
+        if profile is None and (out / profile_name).exists():
+            (out / profile_name).unlink()  # stale, from an earlier report
         environments[env] = {
             "score_label": ylabel,
             "learning_curve": curve_name,
             "learning_curve_methods": drawn,
             "diagnostics": diag_name if panels is not None else None,
             "diagnostics_panels": panels or [],
+            "performance_profile": profile_name if profile is not None else None,
+            "performance_profile_data": profile,
             "methods": summaries,
         }
 
@@ -608,6 +651,17 @@ def _markdown(data: Dict[str, Any], found: int) -> str:
                       f"![{env} diagnostics]({e['diagnostics']})", ""]
         else:
             lines += ["No diagnostics: no run of this environment logs them (A2C only).", ""]
+        profile = e.get("performance_profile_data")
+        if profile:
+            q = [_fmt(t) for t in profile["quartile_taus"]]
+            lines += ["Performance profile (rliable): fraction of seeds whose final score is "
+                      "above tau, with a 95% stratified bootstrap band; a curve above another "
+                      "is better at every threshold. At the quartiles of all final scores:", "",
+                      f"| method | > {q[0]} | > {q[1]} | > {q[2]} |", "|---|---|---|---|"]
+            for method, m in profile["methods"].items():
+                cells = [f"{p:.2f} [{lo:.2f}, {hi:.2f}]" for p, lo, hi in m["at_quartile_taus"]]
+                lines.append(f"| {_cell(method)} | " + " | ".join(cells) + " |")
+            lines += ["", f"![{env} performance profile]({e['performance_profile']})", ""]
     return "\n".join(lines)
 
 

@@ -216,3 +216,52 @@ def test_fewer_than_two_seeds_collapse_to_the_point():
     assert stats.paired_stratified_difference_ci([2.0], [1.0], np.mean) == (1.0, 1.0, 1.0)
     with pytest.raises(ValueError, match="seeds, tasks"):
         stats.iqm_ci(np.zeros((2, 2, 2)))
+
+
+# ------------------------------------------------------------------- in the report
+
+
+def test_report_draws_rliable_performance_profile(tmp_path):
+    """`write_report` with two methods on one environment: the profile in report.json is
+    `stats.performance_profile` of the final scores, drawn and tabulated; with one method
+    there is none."""
+    import json
+
+    from hca_rllib.report import write_report
+
+    finals = {("A2C", "a2c"): [1.0, 2.0, 3.0], ("HCA", "hca"): [2.5, 3.5, 4.5]}
+    for (algo, credit), values in finals.items():
+        for seed, value in enumerate(values):
+            run = tmp_path / "runs" / f"{credit}_{seed}"
+            run.mkdir(parents=True)
+            (run / "run.json").write_text(json.dumps(
+                {"algo": algo, "credit": credit, "env": "Toy-v0", "seed": seed}))
+            rows = [{"iteration": i + 1, "env_steps": 100 * (i + 1), "score": value}
+                    for i in range(10)]
+            (run / "results.jsonl").write_text("\n".join(map(json.dumps, rows)) + "\n")
+    report = write_report([tmp_path / "runs"], tmp_path / "out")
+    env = json.loads((tmp_path / "out" / "report.json").read_text())["environments"]["Toy-v0"]
+    assert (tmp_path / "out" / env["performance_profile"]).stat().st_size > 0
+    data = env["performance_profile_data"]
+    taus, expected = stats.performance_profile(
+        {"A2C": finals[("A2C", "a2c")], "HCA (hca)": finals[("HCA", "hca")]},
+        data["taus"])
+    for method, (profile, low, high) in expected.items():
+        assert data["methods"][method]["profile"] == profile.tolist()
+        assert data["methods"][method]["ci_low"] == low.tolist()
+        assert data["methods"][method]["ci_high"] == high.tolist()
+    # pooled quartiles of {1, 2, 2.5, 3, 3.5, 4.5}: 2.125, 2.75, 3.375
+    np.testing.assert_allclose(data["quartile_taus"], [2.125, 2.75, 3.375])
+    assert [row[0] for row in data["methods"]["HCA (hca)"]["at_quartile_taus"]] == \
+        pytest.approx([1.0, 2 / 3, 2 / 3])
+    assert [row[0] for row in data["methods"]["A2C"]["at_quartile_taus"]] == \
+        pytest.approx([1 / 3, 1 / 3, 0.0])
+    assert "Performance profile (rliable)" in report.read_text()
+    # one method: no profile, and a stale image from an earlier report is removed
+    for seed in range(3):
+        for name in ("run.json", "results.jsonl"):
+            (tmp_path / "runs" / f"hca_{seed}" / name).unlink()
+    write_report([tmp_path / "runs"], tmp_path / "out")
+    env = json.loads((tmp_path / "out" / "report.json").read_text())["environments"]["Toy-v0"]
+    assert env["performance_profile"] is None
+    assert not (tmp_path / "out" / "performance_profile_Toy-v0.png").exists()
