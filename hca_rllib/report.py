@@ -23,8 +23,9 @@ directory:
 The final score of a seed is the mean ``score`` over its last `final_fraction` of
 iterations; per group the interquartile mean over seeds with a 95% stratified bootstrap
 CI and, where the environment has an A2C group, the probability of improvement over
-A2C (statistics from `hca_rllib.stats`, numpy only). matplotlib is imported only when
-drawing, on the Agg canvas (no display, no pyplot state).
+A2C (statistics from rliable, through `hca_rllib.stats`). matplotlib is imported only
+when drawing, on the Agg canvas (no display; rliable's profile plot imports pyplot but
+draws on the report's own figure).
 """
 
 from __future__ import annotations
