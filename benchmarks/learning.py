@@ -344,6 +344,7 @@ def aggregate(out: Path) -> Dict[str, Any]:
     (out / "summary.md").write_text(summary_markdown(summary))
     plot_curves(out, runs)
     plot_aggregates(out, summary)
+    plot_profiles(out, summary)
     return summary
 
 
@@ -549,7 +550,8 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
         for method, s in entry["methods"].items():
             lines.append(f"- {task} {method}: " + ", ".join(
                 f"s{seed}: {score:.2f}" for seed, score in zip(s["seeds"], s["final_scores"])))
-    lines += ["", "Plots: `curves_minatar.png`, `curves_bsuite.png`, `aggregates.png`.", ""]
+    lines += ["", "Plots: `curves_minatar.png`, `curves_bsuite.png`, `aggregates.png`, "
+              "`profiles.png` (rliable performance profiles of the normalised scores).", ""]
     return "\n".join(lines)
 
 
@@ -612,6 +614,32 @@ def plot_aggregates(out: Path, summary: Dict[str, Any]) -> None:
     fig.suptitle("Normalised final scores, 95% stratified-bootstrap CIs", fontsize=9)
     fig.tight_layout()
     fig.savefig(out / "aggregates.png", dpi=100)
+    plt.close(fig)
+
+
+def plot_profiles(out: Path, summary: Dict[str, Any]) -> None:
+    """rliable performance profiles of the normalised final scores, one panel per domain:
+    per method the fraction of its runs (seeds x tasks) above each normalised score tau,
+    with a 95% stratified-bootstrap band (`hca_rllib.stats.performance_profile`)."""
+    from hca_rllib.stats import performance_profile, plot_performance_profile
+
+    domains = [d for d, agg in summary["domains"].items() if agg.get("methods")]
+    if not domains:
+        return
+    plt = matplotlib_pyplot()
+    fig, axes = plt.subplots(1, len(domains), figsize=(4.8 * len(domains), 3.8), squeeze=False)
+    for ax, domain in zip(axes[0], domains):
+        agg = summary["domains"][domain]
+        scores = {m: np.array(s["normalised_scores"]) for m, s in agg["methods"].items()}
+        taus, profiles = performance_profile(scores)
+        plot_performance_profile(ax, taus, profiles, {m: COLORS.get(m, "gray") for m in scores},
+                                 xlabel=r"normalised score ($\tau$)")
+        ax.set_title(f"{domain} ({len(agg['tasks'])} tasks, {len(agg['seeds'])} seeds)",
+                     fontsize=9)
+    fig.suptitle("Performance profiles (rliable): fraction of runs with a normalised score "
+                 "above tau, 95% stratified-bootstrap bands", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out / "profiles.png", dpi=100)
     plt.close(fig)
 
 
