@@ -81,6 +81,8 @@ HCA_TRAINING_DEFAULTS: Dict[str, Any] = {
     "hindsight_epochs": 0,
     # Classifier learning rate; None: same as `lr`.
     "hindsight_lr": None,
+    # `rmsprop` (A2C's usual, with `rmsprop_alpha`) or `adam`; `optimizer_eps` for both.
+    # (Not `optimizer`: that name is RLlib's own optimizer dict.)
     "optimizer_type": "rmsprop",
     "rmsprop_alpha": 0.99,
     "optimizer_eps": 1e-5,
