@@ -5,7 +5,8 @@
 `hca_rllib.runner`): the resolved config, one JSON line per iteration, TensorBoard and
 W&B logs, and checkpoints that `--resume` continues from. `evaluate` plays a checkpoint;
 `report` turns run directories into learning curves, tables and a Markdown page.
-Bad arguments exit with status 2 and a one-line message.
+Bad arguments exit with status 2 and a one-line message. Every path argument may be
+relative (to the working directory) or start with `~`; it is made absolute once, here.
 """
 
 from __future__ import annotations
@@ -24,6 +25,21 @@ ALGORITHMS = ("HCA", "A2C")
 
 class UsageError(Exception):
     """A bad argument: reported as one line, exit status 2, no traceback."""
+
+
+def path_argument(text: str) -> Path:
+    """argparse `type` for a path: absolute, `~` expanded (see runner.user_path)."""
+    from hca_rllib.runner import user_path
+
+    try:
+        return user_path(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def storage_argument(text: str) -> str:
+    """argparse `type` for a storage path: a URI (s3://...) as given, else an absolute path."""
+    return text if "://" in text else str(path_argument(text))
 
 
 def _parse_value(text: str) -> Any:
@@ -79,7 +95,7 @@ TRAIN_ARGS = ("algo", "credit", "env", "seed", "num_env_runners", "num_envs_per_
 def train(args: argparse.Namespace) -> int:
     from hca_rllib.runner import run_training, stored_run_settings
 
-    output = Path(args.output)
+    output = args.output  # absolute (path_argument)
     try:
         stored = stored_run_settings(output, args.resume, TRAIN_ARGS, "hca-rllib train")
     except ValueError as error:
@@ -95,6 +111,8 @@ def train(args: argparse.Namespace) -> int:
         raise UsageError(f"--stop-timesteps must be > 0, got {args.stop_timesteps}")
     if args.checkpoint_every < 0:
         raise UsageError(f"--checkpoint-every must be >= 0, got {args.checkpoint_every}")
+    if not args.progress_every >= 0:
+        raise UsageError(f"--progress-every must be >= 0 seconds, got {args.progress_every}")
     config = build_config(args)
     stored_args = {key: getattr(args, key) for key in TRAIN_ARGS}
     stored_args["stop_timesteps"] = args.stop_timesteps
@@ -112,7 +130,7 @@ def train(args: argparse.Namespace) -> int:
         config, output, args.stop_timesteps, run_info=run_info, resume=args.resume,
         checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints,
         wandb=args.wandb, wandb_project=args.wandb_project, tensorboard=not args.no_tensorboard,
-        address=args.address, torch_threads=args.torch_threads,
+        address=args.address, torch_threads=args.torch_threads, progress_every=args.progress_every,
     )
     print(f"done: {last['env_steps']:,} env steps, {last['iteration']} iterations; run in {output}")
     return 0
@@ -143,6 +161,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def make_parser() -> argparse.ArgumentParser:
+    from hca_rllib.runner import PROGRESS_EVERY_S
+
     parser = _Parser(prog="hca-rllib", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
@@ -158,7 +178,7 @@ def make_parser() -> argparse.ArgumentParser:
     t.add_argument("--num-envs-per-env-runner", type=int, default=8)
     t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="any config field, e.g. --set lr=3e-4 --set hca_ratio_clip=5")
-    t.add_argument("--output", default="runs/train", help="run directory")
+    t.add_argument("--output", type=path_argument, default="runs/train", help="run directory")
     t.add_argument("--resume", action="store_true",
                    help="continue the run in --output from its newest valid checkpoint")
     t.add_argument("--checkpoint-every", type=int, default=10, metavar="N",
@@ -171,16 +191,20 @@ def make_parser() -> argparse.ArgumentParser:
     t.add_argument("--torch-threads", type=int, default=1,
                    help="torch threads in this process (default 1, as Ray's workers; 0: torch's default)")
     t.add_argument("--address", default=None, help="Ray cluster address (default: RAY_ADDRESS or embedded Ray)")
+    t.add_argument("--progress-every", type=float, default=PROGRESS_EVERY_S, metavar="SECONDS",
+                   help="without a terminal (logs, pipes): a progress line per iteration, at most one "
+                        f"every SECONDS (default {PROGRESS_EVERY_S:g}; 0: every iteration); "
+                        "a terminal gets one updating bar")
 
     e = commands.add_parser("evaluate", help="play a checkpoint and report its full-game return")
-    e.add_argument("checkpoint", help="a checkpoint directory, or a run directory (its newest valid checkpoint)")
+    e.add_argument("checkpoint", type=path_argument, help="a checkpoint directory, or a run directory (its newest valid checkpoint)")
     e.add_argument("--episodes", type=int, default=10, help="games to play")
     mode = e.add_mutually_exclusive_group()
     mode.add_argument("--greedy", action="store_true", help="take the most likely action")
     mode.add_argument("--stochastic", action="store_true", help="sample actions (the default)")
     e.add_argument("--seed", type=int, default=0)
-    e.add_argument("--video", default=None, help="write one game as .gif or .mp4 here")
-    e.add_argument("--output", default=None, help="write evaluation.json here (default: beside the checkpoint)")
+    e.add_argument("--video", type=path_argument, default=None, help="write one game as .gif or .mp4 here")
+    e.add_argument("--output", type=path_argument, default=None, help="write evaluation.json here (default: beside the checkpoint)")
 
     from hca_rllib.report import add_report_arguments
     from hca_rllib.sweep import add_sweep_arguments

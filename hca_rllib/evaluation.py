@@ -17,15 +17,19 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
-from hca_rllib.runner import CHECKPOINTS, CheckpointError, newest_valid_checkpoint, verify_checkpoint
+from hca_rllib.runner import CHECKPOINTS, CheckpointError, newest_valid_checkpoint, user_path, verify_checkpoint
 
 MODULE_PATH = ("learner_group", "learner", "rl_module", "default_policy")
 MAX_VIDEO_FRAMES = 20_000
 
 
 def find_checkpoint(path, warn=lambda message: print(f"warning: {message}")) -> Path:
-    """A checkpoint directory, or the newest valid checkpoint of a run directory."""
-    path = Path(path)
+    """A checkpoint directory, or the newest valid checkpoint of a run directory, as an
+    absolute path (RLlib passes it on to pyarrow, which takes a relative path for a URI)."""
+    try:
+        path = user_path(path)
+    except ValueError as error:
+        raise CheckpointError(str(error)) from None
     if not path.exists():
         raise CheckpointError(f"checkpoint {str(path)!r} does not exist")
     if (path / "rllib_checkpoint.json").exists():
@@ -101,8 +105,13 @@ def evaluate_checkpoint(
 
     if episodes < 1:
         raise CheckpointError(f"--episodes must be >= 1, got {episodes}")
-    if video is not None and Path(video).suffix.lower() not in (".gif", ".mp4"):
-        raise CheckpointError(f"video must end in .gif or .mp4, got {video!r}")
+    try:
+        video = None if video is None else user_path(video)
+        output = None if output is None else user_path(output)
+    except ValueError as error:
+        raise CheckpointError(str(error)) from None
+    if video is not None and video.suffix.lower() not in (".gif", ".mp4"):
+        raise CheckpointError(f"video must end in .gif or .mp4, got {str(video)!r}")
     path = find_checkpoint(checkpoint)
     config = _config_of(path)
     env_id, env_config = config["env"], dict(config.get("env_config") or {})
@@ -146,7 +155,7 @@ def evaluate_checkpoint(
             returns.append(episode_return)
             game_over = True
         if game_over and recording:
-            _write_video(frames, Path(video), fps=env.metadata.get("render_fps", 30) or 30)
+            _write_video(frames, video, fps=env.metadata.get("render_fps", 30) or 30)
             recording, frames = False, []
         if terminated or truncated:
             episode_return = 0.0
@@ -168,9 +177,9 @@ def evaluate_checkpoint(
         "max": float(values.max()),
         "median": float(np.median(values)),
         "returns": returns,
-        "video": video,
+        "video": None if video is None else str(video),
     }
-    target = Path(output) if output else path.parent / f"evaluation_{path.name}.json"
+    target = output if output is not None else path.parent / f"evaluation_{path.name}.json"
     if target.suffix != ".json":
         target = target / "evaluation.json"
     target.parent.mkdir(parents=True, exist_ok=True)

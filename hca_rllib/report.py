@@ -3,8 +3,10 @@ table from training run directories.
 
 A run directory (written by `hca_rllib.runner`) holds ``run.json`` (algorithm, credit
 mode, env, seed, command) and ``results.jsonl`` (one JSON line per training iteration;
-a torn last line from a killed run is skipped). The arguments may also be parent
-directories: every directory below holding both files is a run.
+read by `hca_rllib.runner.read_results`: a torn last line from a killed run is skipped,
+a run with a damaged line elsewhere is listed as skipped with the file and line). The
+arguments may also be parent directories: every directory below holding both files is a
+run. Paths may be relative or start with `~`.
 
 Runs are grouped by environment and method (``A2C`` for the A2C algorithm, else
 ``HCA (<credit>)``); the seeds of a group are aggregated. Written into the output
@@ -42,11 +44,11 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 
 from hca_rllib import stats
+from hca_rllib.runner import read_results, user_path
 
 __all__ = [
     "RunData",
     "find_run_dirs",
-    "read_results",
     "load_run",
     "method_label",
     "final_score",
@@ -85,7 +87,7 @@ DIAGNOSTIC_PANELS: Tuple[Tuple[str, str, Tuple[Tuple[str, str, str], ...]], ...]
 @dataclass
 class RunData:
     """One run directory: its `run.json`, its complete result lines, and how many lines
-    of `results.jsonl` could not be read (a torn last line)."""
+    of `results.jsonl` were skipped (1 for a torn last line, else 0)."""
 
     directory: Path
     meta: Dict[str, Any]
@@ -145,7 +147,7 @@ def find_run_dirs(paths: Iterable[Path]) -> List[Path]:
     exist."""
     found = set()
     for path in paths:
-        path = Path(path)
+        path = user_path(path)
         if not path.exists():
             raise FileNotFoundError(f"no such directory: {path}")
         if path.is_file():
@@ -157,38 +159,19 @@ def find_run_dirs(paths: Iterable[Path]) -> List[Path]:
     return sorted(found)
 
 
-def read_results(path: Path) -> Tuple[List[Dict[str, Any]], int]:
-    """The JSON objects of a results.jsonl and the number of lines skipped because they
-    do not parse (a torn last line from a killed run) or are not objects."""
-    rows: List[Dict[str, Any]] = []
-    bad = 0
-    with open(path, "r", encoding="utf-8", errors="replace") as handle:
-        for text in handle:
-            if not text.strip():
-                continue
-            try:
-                row = json.loads(text)
-            except json.JSONDecodeError:
-                bad += 1
-                continue
-            if isinstance(row, dict):
-                rows.append(row)
-            else:
-                bad += 1
-    return rows, bad
-
-
 def load_run(directory: Path) -> RunData:
-    """Read one run directory. Raises ValueError when `run.json` is unreadable."""
-    directory = Path(directory)
+    """Read one run directory. Raises ValueError when `run.json` is unreadable or
+    `results.jsonl` is damaged before its last line."""
+    directory = user_path(directory)
     try:
         meta = json.loads((directory / RUN_FILE).read_text())
     except (OSError, json.JSONDecodeError) as error:
         raise ValueError(f"unreadable {RUN_FILE}: {error}") from None
     if not isinstance(meta, dict):
         raise ValueError(f"{RUN_FILE} is not a JSON object")
-    rows, bad = read_results(directory / RESULTS_FILE)
-    return RunData(directory, meta, rows, bad)
+    torn: List[str] = []
+    rows = read_results(directory / RESULTS_FILE, on_torn=torn.append)
+    return RunData(directory, meta, rows, len(torn))
 
 
 def method_label(meta: Dict[str, Any]) -> str:
@@ -458,13 +441,13 @@ def write_report(run_dirs: List[Path], out: Path, *, final_fraction: float = 0.1
     ValueError for a `final_fraction` outside (0, 1]."""
     if not 0 < final_fraction <= 1:
         raise ValueError(f"final_fraction must be in (0, 1], got {final_fraction}")
-    run_dirs = [Path(p) for p in run_dirs]
+    run_dirs = [user_path(p) for p in run_dirs]
     directories = find_run_dirs(run_dirs)
     if not directories:
         raise FileNotFoundError(
             f"no run directory (with {RUN_FILE} and {RESULTS_FILE}) at or below: "
             + ", ".join(str(p) for p in run_dirs))
-    out = Path(out)
+    out = user_path(out)
     out.mkdir(parents=True, exist_ok=True)
 
     notes: List[str] = []
@@ -671,9 +654,11 @@ def _markdown(data: Dict[str, Any], found: int) -> str:
 
 def add_report_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the arguments of `hca-rllib report` to `parser` (a subparser)."""
-    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
+    from hca_rllib.cli import path_argument
+
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", type=path_argument,
                         help="run directories (run.json + results.jsonl) or directories above them")
-    parser.add_argument("--output", default="runs/report",
+    parser.add_argument("--output", default="runs/report", type=path_argument,
                         help="directory for report.md, report.json and the figures")
     parser.add_argument("--final-fraction", type=float, default=0.1,
                         help="final score: mean over this trailing fraction of iterations "
@@ -684,7 +669,7 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
 def report_command(args: argparse.Namespace) -> int:
     """Run `hca-rllib report` from parsed arguments; 0 on success, 2 on bad input."""
     try:
-        path = write_report([Path(p) for p in args.run_dirs], Path(args.output),
+        path = write_report(args.run_dirs, args.output,
                             final_fraction=args.final_fraction)
     except (FileNotFoundError, ValueError) as error:
         print(f"hca-rllib: error: {error}", file=sys.stderr)

@@ -71,6 +71,20 @@ class CheckpointError(Exception):
     """A checkpoint that cannot be used (missing, damaged), with the reason."""
 
 
+# ------------------------------------------------------------------ paths
+
+
+def user_path(path) -> Path:
+    """A path as a user types it (relative to the working directory, or with `~`) made
+    absolute, once, where it enters: RLlib hands checkpoint paths to pyarrow, which reads
+    a relative path as a URI without a scheme, and Ray Tune wants absolute storage paths.
+    Raises ValueError for a `~user` that does not exist."""
+    try:
+        return Path(path).expanduser().resolve()
+    except RuntimeError as error:  # Path('~nosuchuser').expanduser()
+        raise ValueError(f"cannot expand {str(path)!r}: {error}") from None
+
+
 # ------------------------------------------------------------------ results
 
 
@@ -105,17 +119,38 @@ def result_line(result: Dict[str, Any], elapsed_s: float, steps_per_s: float) ->
     return line
 
 
-def read_results(path: Path) -> List[Dict[str, Any]]:
-    """The complete lines of a results.jsonl (a torn last line from a kill is dropped)."""
-    lines = []
+class ResultsError(ValueError):
+    """A results.jsonl with a damaged line that no crash can explain (not the last one)."""
+
+
+def read_results(path, on_torn: Optional[Callable[[str], None]] = None) -> List[Dict[str, Any]]:
+    """The iterations of a results.jsonl, one dict per line: the one reader of the format,
+    for the CLI's resume, the sweep, the report and the benchmarks.
+
+    A missing file has no lines and blank lines are skipped. A last line that does not
+    parse is what a kill mid-write leaves: it is dropped (and `on_torn`, if given, is told
+    so in one line). Any other line that is not a JSON object raises ResultsError naming
+    the file and the line number: the file was damaged, and guessing would hide it."""
+    path = Path(path)
     if not path.exists():
-        return lines
-    for text in path.read_text().splitlines():
+        return []
+    with open(path, "r", encoding="utf-8", errors="replace") as handle:
+        numbered = [(number, text) for number, text in enumerate(handle, start=1) if text.strip()]
+    rows: List[Dict[str, Any]] = []
+    for index, (number, text) in enumerate(numbered):
         try:
-            lines.append(json.loads(text))
-        except json.JSONDecodeError:
-            break
-    return lines
+            row = json.loads(text)
+        except json.JSONDecodeError as error:
+            if index == len(numbered) - 1:
+                if on_torn is not None:
+                    on_torn(f"{path}: skipped its torn last line {number} (a kill mid-write)")
+                break
+            raise ResultsError(f"{path}, line {number}: not valid JSON ({error.msg}); "
+                               f"only a torn last line is skipped") from None
+        if not isinstance(row, dict):
+            raise ResultsError(f"{path}, line {number}: a JSON {type(row).__name__}, not an object")
+        rows.append(row)
+    return rows
 
 
 # ------------------------------------------------------------------ checkpoints
@@ -311,29 +346,82 @@ def flat_config(config) -> Dict[str, Any]:
 # ------------------------------------------------------------------ progress
 
 
-class Progress:
-    """One line per iteration; on a terminal, one line updated in place."""
+PROGRESS_EVERY_S = 10.0
 
-    def __init__(self, budget_steps: int, stream=None):
+
+class Progress:
+    """What `train` shows while it runs: env steps of the budget, steps/s, return (the
+    full-game score where the env has one), mutual information and the time left.
+
+    On a terminal, one tqdm bar updated in place. Elsewhere (a log file, a pipe, CI), plain
+    lines, one per iteration but at most one every `every_s` seconds (default 10; 0: every
+    iteration), so that thousands of short iterations (Atari) do not flood the log; the
+    first iteration is shown at once and the last one always (at `close` if it was held
+    back). `clock` is for tests."""
+
+    def __init__(self, budget_steps: int, stream=None, *, every_s: float = PROGRESS_EVERY_S,
+                 tty: Optional[bool] = None, clock: Callable[[], float] = time.monotonic):
         self.budget = budget_steps
         self.stream = stream or sys.stdout
-        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.tty = (hasattr(self.stream, "isatty") and self.stream.isatty()) if tty is None else tty
+        self.every_s = every_s
+        self.clock = clock
+        self.bar = None
+        self.shown_at: Optional[float] = None
+        self.held: Optional[str] = None
 
-    def show(self, line: Dict[str, Any], rate: float) -> None:
+    def _figures(self, line: Dict[str, Any], rate: float, pad: bool = True):
         left = max(self.budget - line["env_steps"], 0) / max(rate, 1e-9)
         score, mi = line["score"], line["mutual_information"]
-        text = (
-            f"iter {line['iteration']:>5}  steps {line['env_steps']:>10,}/{self.budget:,}  "
-            f"{rate:7.0f} steps/s  return {'   n/a' if score is None else f'{score:7.2f}'}  "
-            f"MI {'    n/a' if mi is None else f'{mi:+.4f}'} nats  left {_duration(left)}"
-        )
-        self.stream.write(("\r" + text + "\033[K") if self.tty else text + "\n")
-        self.stream.flush()
+        score = "n/a" if score is None else f"{score:.2f}"
+        mi = "n/a" if mi is None else f"{mi:+.4f}"
+        if pad:
+            return (f"{rate:7.0f} steps/s", f"return {score:>7}", f"MI {mi:>7} nats", f"left {_duration(left)}")
+        return f"{rate:.0f} steps/s", f"return {score}", f"MI {mi} nats", f"left {_duration(left)}"
+
+    def text(self, line: Dict[str, Any], rate: float) -> str:
+        """The plain line for logs."""
+        speed, score, mi, left = self._figures(line, rate)
+        return (f"iter {line['iteration']:>5}  steps {line['env_steps']:>10,}/{self.budget:,}  "
+                f"{speed}  {score}  {mi}  {left}")
+
+    def show(self, line: Dict[str, Any], rate: float) -> None:
+        if self.tty:
+            self._update_bar(line, rate)
+            return
+        text = self.text(line, rate)
+        now = self.clock()
+        if self.shown_at is None or now - self.shown_at >= self.every_s or line["env_steps"] >= self.budget:
+            self.stream.write(text + "\n")
+            self.stream.flush()
+            self.shown_at, self.held = now, None
+        else:
+            self.held = text
+
+    def _update_bar(self, line: Dict[str, Any], rate: float) -> None:
+        from tqdm import tqdm
+
+        speed, score, mi, left = self._figures(line, rate, pad=False)
+        steps = min(line["env_steps"], self.budget)  # past the budget: a full bar
+        text = (f"{line['env_steps']:,}/{self.budget:,} steps, {speed}, {left}, "
+                f"iter {line['iteration']}, {score}, {mi}")
+        if self.bar is None:
+            self.bar = tqdm(total=self.budget, initial=steps, desc=text, file=self.stream,
+                            dynamic_ncols=True, mininterval=0,
+                            bar_format="{percentage:3.0f}%|{bar}| {desc} [{elapsed}]")
+            return
+        self.bar.n = steps
+        self.bar.set_description_str(text, refresh=False)
+        self.bar.refresh()
 
     def close(self) -> None:
-        if self.tty:
-            self.stream.write("\n")
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+        elif self.held is not None:
+            self.stream.write(self.held + "\n")
             self.stream.flush()
+            self.held = None
 
 
 def _duration(seconds: float) -> str:
@@ -352,7 +440,7 @@ def stored_run_settings(run_dir: Path, resume: bool, keys, made_by: str) -> Dict
     Without `resume`: none, and a directory that already holds a run is refused. With it:
     the run's own `keys` from `run.json` (written by `made_by`) and its `stop_timesteps`;
     only the budget may change. Raises ValueError with a one-line reason."""
-    run_dir = Path(run_dir)
+    run_dir = user_path(run_dir)
     run_json = run_dir / "run.json"
     if not resume:
         if run_json.exists() and (run_dir / "results.jsonl").exists():
@@ -412,13 +500,16 @@ def run_training(
     tensorboard: bool = True,
     address: Optional[str] = None,
     progress: bool = True,
+    progress_every: float = PROGRESS_EVERY_S,
     torch_threads: Optional[int] = 1,
     warn: Callable[[str], None] = lambda message: print(f"warning: {message}", file=sys.stderr),
 ) -> Dict[str, Any]:
     """Train `config` until `stop_timesteps` env steps, writing the run directory above.
 
     Returns the last results line. With `resume`, continues from the newest valid
-    checkpoint in `run_dir` (or starts over, with a warning, if there is none).
+    checkpoint in `run_dir` (or starts over, with a warning, if there is none). `progress`
+    shows a bar on a terminal, else a line per iteration, at most one every
+    `progress_every` seconds (see Progress).
     """
     if torch_threads:
         # The driver holds the local EnvRunner and learner; Ray's own workers run torch
@@ -427,7 +518,7 @@ def run_training(
         import torch
 
         torch.set_num_threads(torch_threads)
-    run_dir = Path(run_dir)
+    run_dir = user_path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     results_path = run_dir / "results.jsonl"
     run_json = run_dir / "run.json"
@@ -476,7 +567,7 @@ def run_training(
                 info["wandb_id"] = wandb_logger.id
                 run_json.write_text(json.dumps(info, indent=1, default=repr))
             loggers.append(wandb_logger)
-        display = Progress(stop_timesteps) if progress else None
+        display = Progress(stop_timesteps, every_s=progress_every) if progress else None
 
         line = kept[-1] if kept else {"env_steps": 0, "iteration": 0}
         start_time, start_steps = time.time(), line["env_steps"]

@@ -20,9 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from hca_rllib.runner import read_results, result_line, wandb_logger_callback, wandb_mode
-
-CREDITS = ("a2c", "hca", "c2a2c", "mix")
+from hca_rllib.credit import CREDIT_MODES
+from hca_rllib.runner import read_results, result_line, user_path, wandb_logger_callback, wandb_mode
 
 
 def trial_resources(num_env_runners: int, cpus_per_env_runner: float) -> float:
@@ -170,9 +169,9 @@ def run_sweep(
             resolve_env(env, (overrides or {}).get("env_config"))
         except EnvResolutionError as error:
             raise ValueError(str(error)) from None
-    bad = [c for c in credits if c not in CREDITS]
+    bad = [c for c in credits if c not in CREDIT_MODES]
     if bad:
-        raise ValueError(f"unknown credit mode(s) {bad}; choose from {list(CREDITS)}")
+        raise ValueError(f"unknown credit mode(s) {bad}; choose from {list(CREDIT_MODES)}")
     init_ray(address)
     per_trial = trial_resources(num_env_runners, cpus_per_env_runner)
     if max_concurrent is None:  # sized to the cluster as it is now
@@ -186,7 +185,7 @@ def run_sweep(
     mode = wandb_mode(wandb)
     if mode is not None:
         callbacks.append(wandb_logger_callback(project=wandb_project, group=name, mode=mode))
-    storage = storage_path if "://" in storage_path else str(Path(storage_path).resolve())
+    storage = storage_path if "://" in storage_path else str(user_path(storage_path))  # Tune: absolute
     experiment = f"{storage}/{name}" if "://" in storage else str(Path(storage) / name)
     if resume and tune.Tuner.can_restore(experiment):
         tuner = tune.Tuner.restore(experiment, trainable="HCA", resume_errored=True)
@@ -224,7 +223,7 @@ def run_sweep(
 
 def add_sweep_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--envs", required=True, help="comma-separated env ids, e.g. atari/Pong,atari/Breakout")
-    parser.add_argument("--credits", default="a2c,hca", help=f"comma-separated, from {','.join(CREDITS)}")
+    parser.add_argument("--credits", default="a2c,hca", help=f"comma-separated, from {','.join(CREDIT_MODES)}")
     parser.add_argument("--seeds", default="0,1", help="comma-separated seeds")
     parser.add_argument("--stop-timesteps", type=int, default=100_000)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -241,7 +240,10 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
                         help="trials at once (default: what fits the cluster's CPUs now; set it on an "
                              "autoscaling cluster, whose nodes appear as trials ask for them)")
     parser.add_argument("--checkpoint-every", type=int, default=5)
-    parser.add_argument("--output", default="runs/sweeps", help="storage path: a directory or a URI (s3://...)")
+    from hca_rllib.cli import storage_argument
+
+    parser.add_argument("--output", default="runs/sweeps", type=storage_argument,
+                        help="storage path: a directory (relative, absolute or ~) or a URI (s3://...)")
     parser.add_argument("--name", default="sweep")
     parser.add_argument("--resume", action="store_true", help="continue the sweep --output/--name")
     parser.add_argument("--wandb", default="auto", choices=["auto", "online", "offline", "off"])

@@ -1,10 +1,12 @@
-"""`hca-rllib train | evaluate | report` end to end, crash and resume, and one-line errors."""
+"""`hca-rllib train | evaluate | report` end to end, crash and resume, paths as users type
+them, the progress display on a terminal, and one-line errors."""
 
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -14,9 +16,44 @@ CLI = [sys.executable, "-m", "hca_rllib"]
 SMALL = ["--num-envs-per-env-runner", "4", "--set", "train_batch_size_per_learner=256"]
 
 
-def run_cli(*args, timeout=300, env=None):
+def run_cli(*args, timeout=300, env=None, cwd=None):
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+                          env={**os.environ, **(env or {})}, cwd=cwd)
+
+
+def run_cli_on_a_terminal(*args, cwd, env=None, timeout=300, columns=120):
+    """The command with its stdout on a pseudo-terminal `columns` wide: (returncode, what
+    the terminal received, stderr)."""
+    import fcntl
+    import struct
+    import termios
+
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
+    proc = subprocess.Popen([*CLI, *args], stdin=subprocess.DEVNULL, stdout=slave, stderr=subprocess.PIPE,
+                            cwd=cwd, env={**os.environ, **(env or {})})
+    os.close(slave)
+    chunks = []
+
+    def read():
+        while True:
+            try:
+                data = os.read(master, 1 << 16)
+            except OSError:  # EIO: every writer has closed the terminal
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        _, stderr = proc.communicate(timeout=timeout)
+    finally:
+        proc.kill()
+    reader.join(10)
+    os.close(master)
+    return proc.returncode, b"".join(chunks).decode(errors="replace"), stderr.decode(errors="replace")
 
 
 def results(run_dir: Path):
@@ -24,13 +61,34 @@ def results(run_dir: Path):
 
 
 @pytest.fixture(scope="module")
-def trained_run(tmp_path_factory):
-    """One real short run, shared by the evaluate and report tests."""
-    out = tmp_path_factory.mktemp("cli") / "minatar_run"
-    proc = run_cli("train", "--env", "minatar/Breakout", "--stop-timesteps", "1500", "--checkpoint-every", "2",
-                   "--wandb", "off", "--output", str(out), *SMALL)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out
+def terminal_run(tmp_path_factory):
+    """One real short run, shared by the evaluate and report tests: trained as a user
+    would, on a terminal, with a relative --output from the directory it is in."""
+    work = tmp_path_factory.mktemp("cli")
+    code, terminal, stderr = run_cli_on_a_terminal(
+        "train", "--env", "minatar/Breakout", "--stop-timesteps", "1500", "--checkpoint-every", "2",
+        "--wandb", "off", "--output", "runs/minatar_run", *SMALL, cwd=work)
+    assert code == 0, stderr[-3000:]
+    return work / "runs" / "minatar_run", terminal
+
+
+@pytest.fixture(scope="module")
+def trained_run(terminal_run):
+    return terminal_run[0]
+
+
+def test_train_on_a_terminal_shows_one_updating_bar(terminal_run):
+    run, terminal = terminal_run
+    last = results(run)[-1]
+    bar = [line for line in terminal.split("\n") if "steps/s" in line]
+    assert len(bar) == 1, terminal  # one line, redrawn in place with \r
+    frames = [frame for frame in bar[0].split("\r") if "steps/s" in frame]
+    assert len(frames) >= last["iteration"] and frames[-1].startswith("100%|"), frames
+    for part in (f"{last['env_steps']:,}/1,500 steps", "steps/s", "left 0m00s", f"iter {last['iteration']}",
+                 "return ", "MI "):
+        assert part in frames[-1], frames[-1]
+    assert all(len(frame) <= 120 for frame in frames)  # fits the terminal
+    assert f"run in {run}" in terminal  # the relative --output, made absolute
 
 
 def test_train_writes_results_config_checkpoint_tensorboard_and_wandb(tmp_path):
@@ -110,14 +168,17 @@ def test_kill_9_then_resume_continues_from_the_last_checkpoint(tmp_path):
 
 
 def test_damaged_newest_checkpoint_is_skipped_with_a_warning(tmp_path):
+    """Also: a relative --output, then --resume of it as ~/... from another directory."""
     out = tmp_path / "run"
     proc = run_cli("train", "--stop-timesteps", "1500", "--checkpoint-every", "2", "--wandb", "off",
-                   "--no-tensorboard", "--output", str(out), *SMALL)
+                   "--no-tensorboard", "--output", "run", *SMALL, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     older, newest = sorted((out / "checkpoints").glob("iter_*"))[-2:]
     state = next(p for p in newest.rglob("state.pkl"))
     state.write_bytes(state.read_bytes()[: len(state.read_bytes()) // 2])  # a torn write
-    proc = run_cli("train", "--resume", "--stop-timesteps", "2500", "--output", str(out))
+    (tmp_path / "elsewhere").mkdir()
+    proc = run_cli("train", "--resume", "--stop-timesteps", "2500", "--output", "~/run",
+                   cwd=tmp_path / "elsewhere", env={"HOME": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"skipping checkpoint {newest.name}" in proc.stderr and "damaged" in proc.stderr
     older_iteration = json.loads((older / "hca_checkpoint.json").read_text())["iteration"]
@@ -140,11 +201,16 @@ def test_resume_of_a_run_made_elsewhere_is_a_one_line_error(tmp_path):
 
 
 def test_evaluate_a_real_run_with_video(trained_run, tmp_path):
+    """With the run's relative path, as in the README (once a pyarrow `URI has empty
+    scheme` traceback), a relative video and an output under ~."""
     video = tmp_path / "game.gif"
-    proc = run_cli("evaluate", str(trained_run), "--episodes", "3", "--greedy", "--video", str(video),
-                   "--output", str(tmp_path / "eval.json"))
+    proc = run_cli("evaluate", "runs/minatar_run", "--episodes", "3", "--greedy",
+                   "--video", os.path.relpath(video, trained_run.parents[1]), "--output", "~/eval.json",
+                   cwd=trained_run.parents[1], env={"HOME": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((tmp_path / "eval.json").read_text())
+    newest = sorted((trained_run / "checkpoints").glob("iter_*"))[-1]
+    assert summary["checkpoint"] == str(newest) and summary["video"] == str(video)
     assert summary["episodes"] == 3 and len(summary["returns"]) == 3 and summary["policy"] == "greedy"
     assert summary["min"] <= summary["mean"] <= summary["max"]
     assert summary["env"] == "minatar/Breakout"
@@ -156,12 +222,32 @@ def test_evaluate_a_real_run_with_video(trained_run, tmp_path):
 
 
 def test_report_from_real_runs(trained_run, tmp_path):
-    proc = run_cli("report", str(trained_run), "--output", str(tmp_path / "report"))
+    proc = run_cli("report", "runs", "--output", "~/report", cwd=trained_run.parents[1],
+                   env={"HOME": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     page = (tmp_path / "report" / "report.md").read_text()
     assert "minatar/Breakout" in page
     pngs = list((tmp_path / "report").glob("*.png"))
     assert pngs and all(p.stat().st_size > 10_000 for p in pngs)
+
+
+def test_every_path_argument_is_made_absolute(tmp_path, monkeypatch):
+    """Relative to the working directory, or under ~, for every command (parsed only)."""
+    from hca_rllib.cli import make_parser
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    parse = make_parser().parse_args
+    home = tmp_path / "home"
+    assert parse(["train", "--output", "runs/a"]).output == tmp_path / "runs" / "a"
+    assert parse(["train", "--resume", "--output", "~/runs/a"]).output == home / "runs" / "a"
+    assert parse(["train"]).output == tmp_path / "runs" / "train"  # the default too
+    e = parse(["evaluate", "runs/a", "--video", "~/game.gif", "--output", "eval.json"])
+    assert (e.checkpoint, e.video, e.output) == (tmp_path / "runs" / "a", home / "game.gif", tmp_path / "eval.json")
+    r = parse(["report", "runs", "~/more", "--output", "~/report"])
+    assert (r.run_dirs, r.output) == ([tmp_path / "runs", home / "more"], home / "report")
+    assert parse(["sweep", "--envs", "CartPole-v1", "--output", "~/sweeps"]).output == str(home / "sweeps")
+    assert parse(["sweep", "--envs", "CartPole-v1", "--output", "s3://bucket/sweeps"]).output == "s3://bucket/sweeps"
 
 
 @pytest.mark.parametrize(
@@ -191,3 +277,27 @@ def test_bad_arguments_exit_nonzero_with_one_line(args, message, tmp_path):
     assert len(errors) == 1 and message in errors[0], proc.stderr
     assert "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["train", "--progress-every", "-1"], "--progress-every must be >= 0 seconds"),
+        (["evaluate", "no/such/run"], "checkpoint '{cwd}/no/such/run' does not exist"),
+        (["evaluate", "~no_such_user_hca/run"], "cannot expand '~no_such_user_hca/run'"),
+        (["report", "~no_such_user_hca/runs"], "cannot expand '~no_such_user_hca/runs'"),
+    ],
+)
+def test_bad_paths_and_progress_are_one_line_errors(args, message, tmp_path, monkeypatch, capsys):
+    """In process (no Ray starts before these checks): one line, status 2."""
+    from hca_rllib.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    try:
+        code = main([*args, "--output", str(tmp_path / "x")] if args[0] == "train" else args)
+    except SystemExit as exit:  # argparse
+        code = exit.code
+    assert code == 2
+    stderr = capsys.readouterr().err
+    assert stderr.startswith("hca-rllib: error:") and len(stderr.strip().splitlines()) == 1, stderr
+    assert message.format(cwd=tmp_path) in stderr

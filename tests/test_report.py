@@ -19,7 +19,6 @@ from hca_rllib.report import (
     final_score,
     find_run_dirs,
     method_label,
-    read_results,
     report_command,
     write_report,
 )
@@ -354,8 +353,42 @@ def test_helpers():
     np.testing.assert_allclose(curves[1], 1.0)
 
 
-def test_read_results_skips_torn_line(tmp_path):
-    path = tmp_path / "results.jsonl"
-    path.write_text('{"iteration": 1}\n{"iteration": 2}\n{"itera')
-    rows, bad = read_results(path)
-    assert [r["iteration"] for r in rows] == [1, 2] and bad == 1
+def test_report_reads_results_with_the_runners_reader(tmp_path):
+    """One reader (hca_rllib.runner.read_results): the torn last line is skipped and
+    counted; a run damaged before its last line is listed as skipped, naming the line."""
+    import hca_rllib.report as report
+    from hca_rllib.runner import read_results
+
+    assert report.read_results is read_results
+    scores = [float(i) for i in range(10)]
+    torn = make_run(tmp_path, "CartPole-v1", "A2C", "a2c", 0, scores, torn=True)
+    run = report.load_run(torn)
+    assert [r["iteration"] for r in run.rows] == list(range(1, 11)) and run.bad_lines == 1
+    damaged = make_run(tmp_path, "CartPole-v1", "A2C", "a2c", 1, scores)
+    lines = (damaged / "results.jsonl").read_text().splitlines()
+    lines[4] = lines[4][:20]
+    (damaged / "results.jsonl").write_text("\n".join(lines) + "\n")
+    write_report([tmp_path], tmp_path / "out")
+    data = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert [Path(r["run_dir"]).name for r in data["runs"]] == ["a2c_s0"]
+    (skipped,) = data["skipped"]
+    assert Path(skipped["run_dir"]).name == "a2c_s1"
+    assert "results.jsonl, line 5: not valid JSON" in skipped["reason"]
+
+
+def test_report_takes_relative_and_home_paths(tmp_path, monkeypatch, capsys):
+    """As typed by a user: inputs relative to the working directory, output under ~."""
+    make_run(tmp_path / "work" / "runs", "CartPole-v1", "A2C", "a2c", 0, [float(i) for i in range(10)])
+    monkeypatch.chdir(tmp_path / "work")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    parser = argparse.ArgumentParser()
+    add_report_arguments(parser)
+    args = parser.parse_args(["runs", "--output", "~/report"])
+    assert args.run_dirs == [tmp_path / "work" / "runs"] and args.output == tmp_path / "home" / "report"
+    monkeypatch.chdir(tmp_path)  # parsed paths are absolute: a later chdir changes nothing
+    assert report_command(args) == 0
+    assert (tmp_path / "home" / "report" / "report.md").is_file()
+    assert f"report: {tmp_path / 'home' / 'report' / 'report.md'}" in capsys.readouterr().out
+    monkeypatch.chdir(tmp_path / "work")
+    page = write_report(["runs"], "~/report2")  # the library takes them too
+    assert page == tmp_path / "home" / "report2" / "report.md"

@@ -10,11 +10,13 @@ from hca_rllib import HCAConfig
 from hca_rllib.runner import (
     CheckpointError,
     Progress,
+    ResultsError,
     newest_valid_checkpoint,
     read_results,
     restore_rng_state,
     result_line,
     save_checkpoint,
+    user_path,
     verify_checkpoint,
     wandb_logger_callback,
     wandb_mode,
@@ -50,6 +52,33 @@ def test_read_results_drops_a_torn_last_line(tmp_path):
     path = tmp_path / "results.jsonl"
     path.write_text('{"iteration": 1}\n{"iteration": 2}\n{"iterat')
     assert read_results(path) == [{"iteration": 1}, {"iteration": 2}]
+    told = []
+    assert read_results(path, on_torn=told.append) == [{"iteration": 1}, {"iteration": 2}]
+    assert told == [f"{path}: skipped its torn last line 3 (a kill mid-write)"]
+    path.write_text('{"iteration": 1}\n\n{"iteration": 2}\n')  # blank lines are no lines
+    assert read_results(path, on_torn=told.append) == [{"iteration": 1}, {"iteration": 2}] and len(told) == 1
+    assert read_results(tmp_path / "none.jsonl") == []
+
+
+def test_read_results_refuses_damage_before_the_last_line(tmp_path):
+    path = tmp_path / "results.jsonl"
+    path.write_text('{"iteration": 1}\n{"iterat\n{"iteration": 3}\n')
+    with pytest.raises(ResultsError, match=r"results\.jsonl, line 2: not valid JSON"):
+        read_results(path)
+    path.write_text('{"iteration": 1}\n[2]\n')
+    with pytest.raises(ResultsError, match=r"line 2: a JSON list, not an object"):
+        read_results(path)
+    assert issubclass(ResultsError, ValueError)
+
+
+def test_user_path_is_absolute_from_relative_and_home(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert user_path("runs/a") == tmp_path / "runs" / "a"
+    assert user_path("~/runs/../b") == tmp_path / "home" / "b"
+    assert user_path(tmp_path / "c") == tmp_path / "c"
+    with pytest.raises(ValueError, match="cannot expand '~no_such_user_hca/x'"):
+        user_path("~no_such_user_hca/x")
 
 
 def test_wandb_is_offline_without_a_key_and_online_with_one(monkeypatch):
@@ -68,6 +97,81 @@ def test_progress_shows_steps_rate_return_mi_and_time_left():
     text = stream.getvalue()
     for part in ("iter     3", "1,536/10,000", "150 steps/s", "return   12.50", "MI +0.0200 nats", "left 0m56s"):
         assert part in text, text
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def _line(iteration, steps, score=1.0, mi=None):
+    return {"iteration": iteration, "env_steps": steps, "score": score, "mutual_information": mi}
+
+
+def test_progress_in_a_log_is_a_line_per_iteration_at_most_every_n_seconds():
+    stream, clock = io.StringIO(), FakeClock()
+    progress = Progress(1000, stream, every_s=10, clock=clock)
+    assert not progress.tty
+    for iteration in range(1, 10):  # an iteration every 3 s: lines at 0, 12 and 24 s
+        progress.show(_line(iteration, 100 * iteration), rate=33.3)
+        clock.now += 3
+    shown = stream.getvalue().splitlines()
+    assert [int(text.split()[1]) for text in shown] == [1, 5, 9]
+    progress.show(_line(10, 1000), rate=33.3)  # the budget is reached: shown at once
+    assert stream.getvalue().splitlines()[-1].split()[1] == "10"
+    progress.close()
+    assert len(stream.getvalue().splitlines()) == 4
+    assert "steps      1,000/1,000" in stream.getvalue().splitlines()[-1]
+    # A held-back last line is written when the run ends.
+    stream = io.StringIO()
+    progress = Progress(10**6, stream, every_s=10, clock=clock)
+    progress.show(_line(1, 100), rate=50.0)
+    progress.show(_line(2, 200, mi=0.5), rate=50.0)
+    assert len(stream.getvalue().splitlines()) == 1
+    progress.close()
+    last = stream.getvalue().splitlines()
+    assert len(last) == 2 and last[1].startswith("iter     2") and "MI +0.5000 nats" in last[1]
+    # every_s=0: every iteration, as for slow (Atari-sized) iterations.
+    stream = io.StringIO()
+    progress = Progress(10**6, stream, every_s=0, clock=clock)
+    for iteration in range(1, 4):
+        progress.show(_line(iteration, iteration), rate=1.0)
+    assert len(stream.getvalue().splitlines()) == 3
+
+
+def test_progress_on_a_terminal_is_one_updating_bar():
+    import fcntl
+    import select
+    import struct
+    import termios
+
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 150, 0, 0))
+    stream = os.fdopen(slave, "w")
+    try:
+        progress = Progress(10_000, stream)
+        assert progress.tty
+        for iteration, steps in enumerate((2_000, 5_000, 10_500), start=1):
+            progress.show(_line(iteration, steps, score=20.0 + iteration, mi=0.01), rate=500.0)
+        progress.close()
+        stream.flush()
+        seen = b""
+        while select.select([master], [], [], 0.5)[0]:
+            seen += os.read(master, 1 << 16)
+    finally:
+        stream.close()
+        os.close(master)
+    text = seen.decode()
+    assert text.endswith("\n") and text.count("\n") == 1  # one line, redrawn in place
+    frames = [frame for frame in text.rstrip("\r\n").split("\r") if frame]
+    assert len(frames) >= 3
+    assert frames[0].startswith(" 20%|") and "2,000/10,000 steps, 500 steps/s, left 0m16s, iter 1" in frames[0]
+    assert "return 21.00, MI +0.0100 nats" in frames[0]
+    assert frames[-1].startswith("100%|") and "10,500/10,000 steps" in frames[-1] and "left 0m00s" in frames[-1]
+    assert all(len(frame) <= 150 for frame in frames)
 
 
 @pytest.fixture(scope="module")
