@@ -531,6 +531,7 @@ def run_training(
     init_ray(address)
     algo = config.build_algo()
     loggers: List[Any] = []
+    display: Optional[Progress] = None
     try:
         checkpoint = None
         if resume:
@@ -594,6 +595,8 @@ def run_training(
             save_checkpoint(algo, run_dir, line["iteration"], line["env_steps"], keep_checkpoints)
         return line
     finally:
+        if display:  # also on Ctrl-C or an error: end the bar's line, show a held-back line
+            display.close()
         for log in loggers:
             try:
                 log.close()
