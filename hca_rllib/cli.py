@@ -109,6 +109,10 @@ def train(args: argparse.Namespace) -> int:
         args.stop_timesteps = 100_000
     if args.stop_timesteps <= 0:
         raise UsageError(f"--stop-timesteps must be > 0, got {args.stop_timesteps}")
+    if args.resume:  # a damaged results.jsonl is found before Ray starts, not after
+        from hca_rllib.runner import read_results
+
+        read_results(output / "results.jsonl")
     if args.checkpoint_every < 0:
         raise UsageError(f"--checkpoint-every must be >= 0, got {args.checkpoint_every}")
     if not args.progress_every >= 0:
@@ -220,7 +224,7 @@ def make_parser() -> argparse.ArgumentParser:
 def main(argv: List[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
     from hca_rllib.envs import EnvResolutionError
-    from hca_rllib.runner import CheckpointError
+    from hca_rllib.runner import CheckpointError, ResultsError
 
     try:
         if args.command == "train":
@@ -233,7 +237,7 @@ def main(argv: List[str] | None = None) -> int:
             from hca_rllib.sweep import sweep_command
 
             return sweep_command(args)
-    except (UsageError, CheckpointError, EnvResolutionError) as error:
+    except (UsageError, CheckpointError, EnvResolutionError, ResultsError) as error:
         print(f"hca-rllib: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

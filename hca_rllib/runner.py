@@ -139,7 +139,7 @@ def read_results(path, on_torn: Optional[Callable[[str], None]] = None) -> List[
     rows: List[Dict[str, Any]] = []
     for index, (number, text) in enumerate(numbered):
         try:
-            row = json.loads(text)
+            row = json.loads(text.rstrip("\r\n"))
         except json.JSONDecodeError as error:
             if index == len(numbered) - 1:
                 if on_torn is not None:

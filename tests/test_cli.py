@@ -301,3 +301,17 @@ def test_bad_paths_and_progress_are_one_line_errors(args, message, tmp_path, mon
     stderr = capsys.readouterr().err
     assert stderr.startswith("hca-rllib: error:") and len(stderr.strip().splitlines()) == 1, stderr
     assert message.format(cwd=tmp_path) in stderr
+
+
+def test_resume_over_a_damaged_results_file_is_a_one_line_error(tmp_path, capsys):
+    """Only a torn last line is skipped; damage before it is named, before Ray starts."""
+    from hca_rllib.cli import TRAIN_ARGS, main, make_parser
+
+    defaults = vars(make_parser().parse_args(["train"]))
+    args = {key: defaults[key] for key in TRAIN_ARGS}
+    (tmp_path / "run.json").write_text(json.dumps({"args": args, "stop_timesteps": 1000}))
+    (tmp_path / "results.jsonl").write_text('{"iteration": 1}\n{"iter\n{"iteration": 3}\n')
+    assert main(["train", "--resume", "--output", str(tmp_path)]) == 2
+    stderr = capsys.readouterr().err
+    assert stderr == f"hca-rllib: error: {tmp_path / 'results.jsonl'}, line 2: not valid JSON " \
+                     "(Unterminated string starting at); only a torn last line is skipped\n"
