@@ -1,6 +1,9 @@
 # Two entry points, each setting up everything on a fresh machine:
 #   make train   a short HCA training on an embedded local Ray
 #   make test    the test suite (what CI runs, via .ci/run)
+# and the edit loop's tier (markers in pyproject.toml, README "Tests"):
+#   make test-fast   every test not marked learning, cluster, benchmark or slow
+#   make test-slow   only those
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -12,7 +15,9 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
-.PHONY: setup train test
+SLOW_TIERS := learning or cluster or benchmark or slow
+
+.PHONY: setup train test test-fast test-slow
 setup: $(BIN)/.installed
 
 train: $(BIN)/.installed
@@ -20,3 +25,9 @@ train: $(BIN)/.installed
 
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest -q
+
+test-fast: $(BIN)/.installed
+	$(BIN)/python -m pytest -q -m "not ($(SLOW_TIERS))"
+
+test-slow: $(BIN)/.installed
+	$(BIN)/python -m pytest -q -m "$(SLOW_TIERS)"

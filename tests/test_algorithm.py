@@ -118,6 +118,7 @@ def _train_until(algo, steps):
     return result
 
 
+@pytest.mark.learning
 def test_remote_env_runners_learn(ray_local):
     config = (
         HCAConfig()
@@ -142,6 +143,7 @@ def test_remote_env_runners_learn(ray_local):
         algo.stop()
 
 
+@pytest.mark.learning
 def test_remote_learners_learn(ray_local):
     config = (
         HCAConfig()
@@ -172,12 +174,16 @@ def test_remote_learners_learn(ray_local):
         algo.stop()
 
 
+@pytest.mark.learning
 def test_hindsight_head_approaches_exact_bandit_posterior(ray_local):
     """Through the real Learner, q(a|Z) on the ambiguous bandit converges to the exact
     posterior h(a|Z). The policy is held near fixed (lr 1e-9) so that h stays put.
 
     Bound: E_Z[KL(h(.|Z) || q(.|Z))] < 0.008 nats, a quarter of I(A;Z) = 0.033, so a
     classifier that learned nothing (q == pi, KL = I) fails it by a factor of four.
+    20 iterations (20k samples): at seed 0 the KL is 0.0028 after 5 iterations, 0.0011
+    after 10, 0.0013 after 20, and between 0.0003 and 0.0058 from 15 to 40 (the noise of a
+    constant learning rate): a longer run gets no closer.
     """
     config = (
         HCAConfig()
@@ -192,7 +198,7 @@ def test_hindsight_head_approaches_exact_bandit_posterior(ray_local):
     )
     algo = config.build_algo()
     try:
-        for _ in range(60):
+        for _ in range(20):
             algo.train()
         module = learner_module(algo)
         z = np.linspace(-4.0, 7.0, 1101)

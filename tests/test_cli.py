@@ -77,6 +77,7 @@ def trained_run(terminal_run):
     return terminal_run[0]
 
 
+@pytest.mark.slow  # a CLI subprocess (imports Ray and torch) that trains
 def test_train_on_a_terminal_shows_one_updating_bar(terminal_run):
     run, terminal = terminal_run
     last = results(run)[-1]
@@ -91,6 +92,7 @@ def test_train_on_a_terminal_shows_one_updating_bar(terminal_run):
     assert f"run in {run}" in terminal  # the relative --output, made absolute
 
 
+@pytest.mark.slow  # a CLI subprocess (imports Ray and torch) that trains
 def test_train_writes_results_config_checkpoint_tensorboard_and_wandb(tmp_path):
     out = tmp_path / "run"
     secret = "wandb-secret-0123456789abcdef0123456789abcdef"
@@ -134,6 +136,7 @@ def _wait_for(predicate, timeout):
     return False
 
 
+@pytest.mark.slow  # a CLI subprocess (imports Ray and torch) that trains
 def test_kill_9_then_resume_continues_from_the_last_checkpoint(tmp_path):
     out = tmp_path / "run"
     args = ["train", "--stop-timesteps", "200000", "--checkpoint-every", "3", "--wandb", "off",
@@ -167,6 +170,7 @@ def test_kill_9_then_resume_continues_from_the_last_checkpoint(tmp_path):
     assert after[-1]["env_steps"] >= budget
 
 
+@pytest.mark.slow  # a CLI subprocess (imports Ray and torch) that trains
 def test_damaged_newest_checkpoint_is_skipped_with_a_warning(tmp_path):
     """Also: a relative --output, then --resume of it as ~/... from another directory."""
     out = tmp_path / "run"
@@ -187,11 +191,13 @@ def test_damaged_newest_checkpoint_is_skipped_with_a_warning(tmp_path):
     assert iterations == list(range(1, len(iterations) + 1))
 
 
+@pytest.mark.slow  # a CLI subprocess (imports Ray and torch)
 def test_existing_run_needs_resume(tmp_path, trained_run):
     proc = run_cli("train", "--env", "minatar/Breakout", "--output", str(trained_run), timeout=120)
     assert proc.returncode == 2 and "already holds a run: pass --resume" in proc.stderr
 
 
+@pytest.mark.slow  # a CLI subprocess (imports Ray and torch)
 def test_resume_of_a_run_made_elsewhere_is_a_one_line_error(tmp_path):
     (tmp_path / "run.json").write_text(json.dumps({"algo": "HCA", "credit": "hca", "seed": 0}))
     (tmp_path / "results.jsonl").write_text("")
@@ -200,6 +206,7 @@ def test_resume_of_a_run_made_elsewhere_is_a_one_line_error(tmp_path):
     assert "was not made by `hca-rllib train`" in proc.stderr
 
 
+@pytest.mark.slow  # a CLI subprocess (imports Ray and torch) that trains
 def test_evaluate_a_real_run_with_video(trained_run, tmp_path):
     """With the run's relative path, as in the README (once a pyarrow `URI has empty
     scheme` traceback), a relative video and an output under ~."""
@@ -221,6 +228,7 @@ def test_evaluate_a_real_run_with_video(trained_run, tmp_path):
     assert len(frames) >= 2 and frames[0].ndim == 3
 
 
+@pytest.mark.slow  # a CLI subprocess (imports Ray and torch) that trains
 def test_report_from_real_runs(trained_run, tmp_path):
     proc = run_cli("report", "runs", "--output", "~/report", cwd=trained_run.parents[1],
                    env={"HOME": str(tmp_path)})
@@ -250,6 +258,7 @@ def test_every_path_argument_is_made_absolute(tmp_path, monkeypatch):
     assert parse(["sweep", "--envs", "CartPole-v1", "--output", "s3://bucket/sweeps"]).output == "s3://bucket/sweeps"
 
 
+@pytest.mark.slow  # one CLI subprocess per case
 @pytest.mark.parametrize(
     "args, message",
     [

@@ -110,6 +110,7 @@ def cluster_dir():
     subprocess.run(["rm", "-rf", str(directory)])
 
 
+@pytest.mark.cluster
 def test_local_two_node_cluster_with_token_runs_a_submitted_job(cluster_dir):
     commands = [c.replace("/tmp/hca-cluster", str(cluster_dir)) for c in _readme_commands()]
     start, export, submit, stop = commands

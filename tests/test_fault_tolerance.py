@@ -7,11 +7,14 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from hca_rllib import HCAConfig
 from hca_rllib.runner import run_training
 from hca_rllib.testing import FAIL_ONCE_ENV_ID
 
 
+@pytest.mark.slow  # waits for RLlib to restart the EnvRunner (about 30 s)
 def test_failing_env_runner_is_replaced_and_counted(ray_local, tmp_path):
     marker = tmp_path / "failed_once"
     config = (

@@ -11,6 +11,8 @@ from ray.rllib.callbacks.callbacks import RLlibCallback
 from hca_rllib import A2CConfig, HCAConfig
 from hca_rllib.credit import HINDSIGHT_CREDIT_MODES  # the modes that train the classifier
 
+pytestmark = pytest.mark.learning
+
 
 @pytest.fixture(scope="module", autouse=True)
 def one_torch_thread():

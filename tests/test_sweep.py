@@ -20,6 +20,7 @@ def test_resources_fit_the_cluster():
         max_concurrent_trials(2, trial_resources(4, 0.5))
 
 
+@pytest.mark.slow  # Tune trials
 def test_sweep_2_envs_x_2_credits_x_2_seeds_completes_with_a_report(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "hca_rllib", "sweep", "--envs", "minatar/Breakout,HCA/KeyToDoor-v0",
@@ -45,6 +46,7 @@ def test_sweep_2_envs_x_2_credits_x_2_seeds_completes_with_a_report(tmp_path):
         assert f"| {env} | A2C | 2 |" in page and f"| {env} | HCA (hca) | 2 |" in page
 
 
+@pytest.mark.slow  # Tune trials
 @pytest.mark.parametrize("kill", [False, True], ids=["raises", "sigkill"])
 def test_failed_trial_is_retried_from_its_checkpoint(ray_local, tmp_path, kill):
     """The trial's env fails mid-run in the trial's own process: by an exception, or by

@@ -191,6 +191,7 @@ def test_bad_arguments_exit_before_ray_starts(tmp_path, capsys):
     assert code == 2 and "already holds a run" in err
 
 
+@pytest.mark.slow  # trains through the script, then resumes it
 def test_script_runs_end_to_end(tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, "tuned_examples/minatar/breakout.py", "--algo", "A2C",
