@@ -96,6 +96,7 @@ def test_checkpoint_restores_identical_weights_and_keeps_training(ray_local, tmp
         restored.stop()
 
 
+@pytest.mark.slow  # Tune runs, one per algorithm
 def test_tune_finds_registered_algorithms(ray_local, tmp_path):
     for name, config in (("HCA", HCAConfig()), ("A2C", A2CConfig())):
         config = small(config.environment("CartPole-v1"), batch=128)
@@ -223,6 +224,7 @@ def test_continuous_action_space_env_is_rejected_with_a_clear_error(ray_local):
         HCAConfig().environment("Pendulum-v1").build_algo()
 
 
+@pytest.mark.slow  # two learner actors with torch DDP
 def test_plain_a2c_with_two_remote_learners(ray_local):
     """A2C builds no classifier, so DDP finds no unused parameters."""
     config = (

@@ -224,6 +224,7 @@ def test_rng_state_round_trips(small_algo, tmp_path):
     assert (random.random(), np.random.rand(), torch.rand(1).item()) == expected
 
 
+@pytest.mark.slow  # a Tune run
 def test_tune_logs_to_wandb_offline_through_rays_callback(ray_local, tmp_path, monkeypatch):
     from ray import tune
 
