@@ -15,8 +15,8 @@ Environments and budgets (seeds 0..4 each):
 
 Final score of a run: mean return of its last 20 completed episodes, computed from
 per-episode returns recorded by this script (SB3: the `Monitor` "episode" infos seen in
-a callback; ours: an `RLlibCallback.on_episode_end` that sums the returns of all chunks
-of the episode, readable via `algo.env_runner`). Learning curves use the same
+a callback; ours: the package's episode-end callback, `hca_rllib.callbacks`, which sums
+the returns of all chunks of the episode, read with an `EpisodeLog` on `algo.env_runner`). Learning curves use the same
 definition at every iteration boundary (every 512 env steps). Each library's own
 reported running mean is stored next to it as a cross-check: SB3's `ep_info_buffer`
 (last 100 episodes) and RLlib's `result["env_runners"]["episode_return_mean"]`, which
@@ -76,10 +76,8 @@ from common import (  # noqa: E402,F401
     RAY_INIT_KWARGS,
     EpisodeLog,
     command_line,
-    episode_return_callback_class,
     iqm,
     iqm_ci,
-    lifetime_env_steps,
     load_runs as _load_runs,
     matplotlib_pyplot,
     plot_mean_band,
@@ -172,6 +170,7 @@ class Recorder:
         self.curve_last20: List[Optional[float]] = []
         self.curve_last100: List[Optional[float]] = []
         self.curve_library_window: List[Optional[float]] = []
+        self.lines: List[Dict[str, Any]] = []  # ours: the results.jsonl line of each iteration
 
     def add_episode(self, ret: float, length: int, step: int) -> None:
         self.episode_returns.append(float(ret))
@@ -226,15 +225,11 @@ def run_sb3(env_key: str, seed: int, total_steps: int) -> Dict[str, Any]:
     )
 
 
-def _rllib_callback_class():
-    """The shared exact episode-return recorder (`common.episode_return_callback_class`)."""
-    return episode_return_callback_class()
-
-
 def run_ours(env_key: str, seed: int, total_steps: int) -> Dict[str, Any]:
     import ray
 
     from hca_rllib import A2CConfig
+    from hca_rllib.runner import training_iterations
 
     rec = Recorder()
     t_start = time.perf_counter()
@@ -243,7 +238,6 @@ def run_ours(env_key: str, seed: int, total_steps: int) -> Dict[str, Any]:
         .environment(rllib_env_id(env_key))
         .env_runners(num_env_runners=0, num_envs_per_env_runner=N_ENVS)
         .training(train_batch_size_per_learner=BATCH)
-        .callbacks(_rllib_callback_class())
         .debugging(seed=seed)
     )
     algo = config.build_algo()
@@ -252,15 +246,13 @@ def run_ours(env_key: str, seed: int, total_steps: int) -> Dict[str, Any]:
     iteration_steps: List[int] = []
     t_train = time.perf_counter()
     try:
-        while env_steps < total_steps:
-            result = algo.train()
-            lifetime = lifetime_env_steps(result)
-            iteration_steps.append(lifetime - env_steps)
-            env_steps = lifetime
+        for _, line, _ in training_iterations(algo, total_steps):
+            rec.lines.append(line)
+            iteration_steps.append(line["env_steps"] - env_steps)
+            env_steps = line["env_steps"]
             for ret, length in episode_log.new():
                 rec.add_episode(ret, length, env_steps)
-            lib_mean = result.get("env_runners", {}).get("episode_return_mean")
-            rec.add_point(env_steps, None if lib_mean is None else float(lib_mean))
+            rec.add_point(env_steps, line["episode_return_mean"])
         t_end = time.perf_counter()
     finally:
         algo.stop()
@@ -304,11 +296,13 @@ def _result(rec: Recorder, env_steps: int, t_start: float, t_train: float, t_end
             "return_mean_last100": rec.curve_last100,
             "library_window_mean": rec.curve_library_window,
         },
+        # kept beside the compact record, outside git (`common.store_run`)
         "episodes": {
             "return": rec.episode_returns,
             "length": rec.episode_lengths,
             "env_steps_at_end": rec.episode_end_steps,
         },
+        **({"results": rec.lines} if rec.lines else {}),
         **extra,
     }
 

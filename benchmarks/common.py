@@ -1,16 +1,19 @@
-"""What the benchmark scripts share (`a2c_parity.py`, `credit_modes.py`).
+"""What the benchmark scripts share (`a2c_parity.py`, `credit_modes.py`, `learning.py`,
+`credit_analysis.py`).
 
-* Recording: `window_mean`, and `episode_return_callback_class()`, an RLlib callback
-  that records the exact return and length of every completed episode on the EnvRunner
-  (all chunks of an episode summed), read back with `EpisodeLog`.
-* Statistics, re-exported from `hca_rllib.stats` (numpy only): `iqm`, `iqm_ci` (IQM
-  over seeds and its 95% stratified bootstrap CI), `bootstrap_ci` (any statistic,
-  percentile bootstrap over seeds), `probability_of_improvement`, `paired_difference`.
-* Run store and control: one JSON file per finished run (`write_json`, atomic),
-  `run_plan` (skips runs already stored, refuses to mix stored runs of another
-  setting, stops cleanly between runs after `--time-limit-min`), `load_runs`,
+* Recording: `window_mean`, and `EpisodeLog` (from `hca_rllib.callbacks`): the exact
+  return and length of every completed episode on the local EnvRunner, recorded by the
+  package's one episode-end callback (all chunks of an episode summed).
+* Statistics, re-exported from `hca_rllib.stats`: `iqm`, `iqm_ci` (IQM over seeds and
+  its 95% stratified bootstrap CI), `bootstrap_ci` (any statistic, percentile bootstrap
+  over seeds), `probability_of_improvement`, `paired_difference`.
+* Run store and control: one compact JSON record per finished run (`compact_record`,
+  `store_run`; the full record with every episode goes beside it, gzipped and ignored by
+  git, `load_raw`), `run_plan` (skips runs already stored, refuses to mix stored runs of
+  another setting, stops cleanly between runs after `--time-limit-min`), `load_runs`,
   `command_line`, `machine_note`.
-* Plotting: `stack_curves` and `plot_mean_band` (mean over seeds with a band).
+* Plotting: `stack_curves`, `curve_stride` and `plot_mean_band` (mean over seeds with a
+  band).
 
 Everything heavy (ray, torch, matplotlib, scipy) is imported lazily, so
 `--report-only` and the unit tests stay cheap.
@@ -18,7 +21,7 @@ Everything heavy (ray, torch, matplotlib, scipy) is imported lazily, so
 
 from __future__ import annotations
 
-import functools
+import gzip
 import json
 import math
 import os
@@ -63,57 +66,9 @@ def window_mean(returns: Sequence[float], k: int) -> Optional[float]:
     return float(np.mean(returns[-k:]))
 
 
-EPISODES_ATTRIBUTE = "recorded_episodes"
-LAST_REWARDS_ATTRIBUTE = "recorded_last_rewards"
-
-
-@functools.lru_cache(maxsize=None)
-def episode_return_callback_class():
-    """An `RLlibCallback` appending `(return, length)` of every completed episode to
-    `env_runner.recorded_episodes` (read it with `EpisodeLog`).
-
-    The episode passed to `on_episode_end` is only the last chunk when the episode
-    spanned several `sample()` calls; earlier chunks come as `prev_episode_chunks`.
-    With a local learner those earlier chunks are the very objects the learner
-    connector `AddOneTsToEpisodesAndTruncate` extended in place by one artificial
-    step with reward 0.0: summing their returns is still exact, summing their
-    lengths is not (+1 per chunk), so the length is taken from the last chunk's
-    `t` (steps since reset), which the learner has not touched yet.
-    """
-    from ray.rllib.callbacks.callbacks import RLlibCallback
-
-    class EpisodeReturnCallback(RLlibCallback):
-        def on_episode_end(self, *, episode, prev_episode_chunks=None, env_runner=None,
-                           **kwargs) -> None:
-            chunks = list(prev_episode_chunks or []) + [episode]
-            ret = float(sum(chunk.get_return() for chunk in chunks))
-            length = int(episode.t)
-            env_runner.__dict__.setdefault(EPISODES_ATTRIBUTE, []).append((ret, length))
-            # The reward of the episode's last step (bsuite's umbrella pays its only
-            # action-dependent reward there; the rest of its return is coin flips).
-            env_runner.__dict__.setdefault(LAST_REWARDS_ATTRIBUTE, []).append(
-                float(episode.get_rewards(-1)))
-
-    return EpisodeReturnCallback
-
-
-class EpisodeLog:
-    """Reads the episodes recorded by `episode_return_callback_class()` on one
-    (local) EnvRunner; `new()` returns those completed since the previous call."""
-
-    def __init__(self, env_runner) -> None:
-        self.env_runner = env_runner
-        self.seen = 0
-
-    def new(self) -> List[Tuple[float, int]]:
-        episodes = self.env_runner.__dict__.get(EPISODES_ATTRIBUTE, [])
-        fresh = list(episodes[self.seen:])
-        self.seen = len(episodes)
-        return fresh
-
-    def last_rewards(self) -> List[float]:
-        """The last-step reward of every episode recorded so far (same order as `new`)."""
-        return list(self.env_runner.__dict__.get(LAST_REWARDS_ATTRIBUTE, []))
+# The one episode recorder: HCAConfig's default callback fills an `EpisodeLog` attached
+# to the local EnvRunner (re-exported here for the benchmark scripts).
+from hca_rllib.callbacks import EpisodeLog  # noqa: E402,F401
 
 
 def lifetime_env_steps(result: Dict[str, Any]) -> int:
@@ -137,11 +92,138 @@ def nan_mean(values: Iterable[Optional[float]]) -> Optional[float]:
 
 
 def write_json(path: Path, data: Any) -> None:
-    """Write atomically (temp file + rename), so a killed run leaves no half file."""
+    """Write compact JSON atomically (temp file + rename), so a killed run leaves no half
+    file."""
+    _write_atomic(path, json.dumps(data, separators=(",", ":"), allow_nan=False).encode())
+
+
+def _write_atomic(path: Path, payload: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # two processes may race
-    tmp.write_text(json.dumps(data, indent=1, allow_nan=False))
+    tmp.write_bytes(payload)
     os.replace(tmp, path)
+
+
+# ------------------------------------------------------------------ compact records
+
+RECORD_FORMAT = "compact-1"
+CURVE_POINTS = 200  # at most this many points per stored curve
+DIAGNOSTICS_POINTS = 100  # and per stored diagnostic curve (no report plots them)
+CURVE_DIGITS = 4  # significant digits of a stored curve point
+DIAGNOSTICS_LAST = 10  # `diagnostics_last10`: mean over the last 10 iterations
+PEAK_ITERATIONS = 5  # `diagnostics_peak5`: largest trailing 5-iteration mean
+RAW_SUFFIX = ".raw.json.gz"  # the full record beside the compact one; not in git
+# Curve columns reduced by their last value in a bin (running windows, step counts) or
+# summed (counts); `return_mean_iteration` by the episode-weighted mean; others by mean.
+_LAST_OF_BIN = ("env_steps", "return_mean_last", "library_window_mean")
+_SUM_OF_BIN = ("episodes_iteration",)
+
+
+def raw_path(path: Path) -> Path:
+    """Where `store_run` keeps the full record of the compact record at `path`."""
+    return path.with_name(path.name[: -len(".json")] + RAW_SUFFIX)
+
+
+def peak_mean(values: Sequence[Optional[float]], window: int = PEAK_ITERATIONS
+              ) -> Optional[float]:
+    """Largest trailing mean over `window` iterations of a diagnostic curve (None and
+    non-finite values skipped), None when fewer values are there."""
+    finite = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    if len(finite) < window:
+        return None
+    means = np.convolve(finite, np.ones(window) / window, mode="valid")
+    return float(means.max())
+
+
+def _round(value: Any) -> Any:
+    if isinstance(value, float) and math.isfinite(value):
+        return float(f"{value:.{CURVE_DIGITS}g}")
+    return value
+
+
+def _reduce_bin(key: str, values: List[Any], weights: Optional[List[Any]]) -> Any:
+    if key.startswith(_LAST_OF_BIN):
+        return values[-1]
+    if key in _SUM_OF_BIN:
+        return sum(v for v in values if v is not None)
+    pairs = [(float(v), 1.0 if weights is None else float(w or 0))
+             for v, w in zip(values, weights or values)
+             if v is not None and math.isfinite(float(v))]
+    total = sum(w for _, w in pairs)
+    if not pairs or total <= 0:
+        return None
+    return sum(v * w for v, w in pairs) / total
+
+
+def downsample_columns(columns: Dict[str, List[Any]], stride: int,
+                       weights: Optional[List[Any]] = None) -> Dict[str, List[Any]]:
+    """Per-iteration columns cut into bins of `stride` consecutive iterations, one point
+    per bin (see `_LAST_OF_BIN`, `_SUM_OF_BIN`; `return_mean_iteration` weighted by
+    `weights`, the episodes per iteration), floats rounded to `CURVE_DIGITS` digits. A
+    column without any value (a diagnostic the mode does not log) becomes None."""
+    out: Dict[str, Optional[List[Any]]] = {}
+    for key, values in columns.items():
+        values = list(values)
+        if all(v is None for v in values):
+            out[key] = None
+            continue
+        if stride == 1:
+            out[key] = [_round(v) for v in values]
+            continue
+        weighted = weights if key == "return_mean_iteration" else None
+        out[key] = [_round(_reduce_bin(key, values[i:i + stride],
+                                       None if weighted is None else list(weighted[i:i + stride])))
+                    for i in range(0, len(values), stride)]
+    return out
+
+
+def compact_record(data: Dict[str, Any], max_points: int = CURVE_POINTS) -> Dict[str, Any]:
+    """The record of one run as stored in git: everything but the per-episode data
+    (`episodes`) and the per-iteration lines, with the curve and the diagnostics cut to at
+    most `max_points` and `DIAGNOSTICS_POINTS` points (`curve_stride` and
+    `diagnostics_stride` iterations each) and, at full precision,
+    what the reports read of the diagnostics: `diagnostics_last10` (mean over the last
+    `DIAGNOSTICS_LAST` iterations) and `diagnostics_peak5` (`peak_mean`). Scores,
+    settings, timings, machine and versions are kept as they are. A compact record is
+    returned unchanged."""
+    if data.get("record_format") == RECORD_FORMAT:
+        return data
+    record = {k: v for k, v in data.items()
+              if k not in ("episodes", "curve", "diagnostics", "results")}
+    curve = data.get("curve") or {}
+    iterations = max((len(v) for v in curve.values()), default=0)
+    stride = max(1, math.ceil(iterations / max_points))
+    weights = curve.get("episodes_iteration")
+    record["curve"] = downsample_columns(curve, stride, weights)
+    diagnostics = data.get("diagnostics")
+    if diagnostics is not None:
+        record["diagnostics_last10"] = {
+            key: nan_mean(list(values)[-DIAGNOSTICS_LAST:]) for key, values in diagnostics.items()}
+        record["diagnostics_peak5"] = {key: peak_mean(values) for key, values in diagnostics.items()}
+        diagnostics_stride = max(1, math.ceil(
+            max((len(v) for v in diagnostics.values()), default=0) / DIAGNOSTICS_POINTS))
+        record["diagnostics"] = downsample_columns(diagnostics, diagnostics_stride)
+        record["diagnostics_stride"] = diagnostics_stride
+    record["curve_stride"] = stride
+    record["record_format"] = RECORD_FORMAT
+    return record
+
+
+def store_run(path: Path, data: Dict[str, Any]) -> Dict[str, Any]:
+    """Write the compact record of `data` to `path` and, when `data` holds more (the
+    episodes, every iteration), the full `data` gzipped to `raw_path(path)` (ignored by
+    git: `benchmarks/results/.gitignore`). Returns the compact record."""
+    record = compact_record(data)
+    if record is not data:
+        payload = json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
+        _write_atomic(raw_path(path), gzip.compress(payload, mtime=0))
+    write_json(path, record)
+    return record
+
+
+def load_raw(path: Path) -> Dict[str, Any]:
+    """The full record `store_run` kept beside the compact record at `path`."""
+    return json.loads(gzip.decompress(raw_path(path).read_bytes()))
 
 
 def command_line(argv: Optional[Sequence[str]] = None) -> str:
@@ -208,7 +290,8 @@ def run_plan(
     budget (`target_env_steps`) or `stored_mismatch(item, stored)` returns a reason:
     then the process exits, so that runs of different settings never mix in one
     directory. After `time_limit_min` minutes no new run starts. `run_one(item)`
-    returns the run's data, which is written as is. Returns the number of runs made.
+    returns the run's data, stored by `store_run` (the compact record, and the full data
+    beside it outside git). Returns the number of runs made.
     """
     limit = TimeLimit(time_limit_min)
     made = 0
@@ -230,8 +313,7 @@ def run_plan(
                   f"min; stopping before {label_of(item)}. Re-run to resume.", flush=True)
             break
         print(f"[{index}/{len(todo)}] run {label_of(item)} ({target} steps)", flush=True)
-        data = run_one(item)
-        write_json(path, data)
+        data = store_run(path, run_one(item))
         made += 1
         print(describe(data), flush=True)
     return made
@@ -274,33 +356,28 @@ def inside(path: Path, root: Path) -> bool:
         return False
 
 
-def grid_parser(description: str, *, quick_help: str, subset: str,
-                subset_choices: Sequence[str], methods: Sequence[str],
-                steps_help: Optional[str] = None):
-    """The command line the grid benchmarks (`learning.py`, `credit_analysis.py`) share:
-    `--quick`, `--out`, `--<subset>` (tasks / settings), `--methods`, `--num-seeds`,
-    `--steps`, `--time-limit-min`, `--report-only`, `--torch-threads`. Add a script's own
-    options, parse, then call `check_grid_args`."""
+def benchmark_parser(description: str, *, quick_help: str, epilog: Optional[str] = None,
+                     out_help: Optional[str] = None, report_help: Optional[str] = None,
+                     torch_help: str = "torch intra-op threads (default 1)"):
+    """The options every learning benchmark has: `--quick`, `--out`, `--time-limit-min`,
+    `--report-only`, `--torch-threads`. Add a script's own, parse, then `check_out`."""
     import argparse
 
-    parser = argparse.ArgumentParser(description=description,
+    parser = argparse.ArgumentParser(description=description, epilog=epilog,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help=quick_help)
-    parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument(f"--{subset}", nargs="+", choices=list(subset_choices), default=None)
-    parser.add_argument("--methods", nargs="+", choices=list(methods), default=None)
-    parser.add_argument("--num-seeds", type=int, default=None)
-    parser.add_argument("--steps", type=int, default=None, help=steps_help)
-    parser.add_argument("--time-limit-min", type=float, default=None)
-    parser.add_argument("--report-only", action="store_true")
-    parser.add_argument("--torch-threads", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=None, help=out_help)
+    parser.add_argument("--time-limit-min", type=float, default=None,
+                        help="do not start a new run after this many minutes (resume later)")
+    parser.add_argument("--report-only", action="store_true",
+                        help=report_help or "only aggregate the stored runs")
+    parser.add_argument("--torch-threads", type=int, default=1, help=torch_help)
     return parser
 
 
-def check_grid_args(parser, args, *, default_out: Path, results_root: Path,
-                    quick_prefix: str):
+def check_out(parser, args, *, default_out: Path, results_root: Path, quick_prefix: str):
     """`--quick` writes to `--out` or a fresh temp dir, never under `results_root`;
-    `--out` defaults to `default_out`; `--num-seeds` must be >= 1. Returns `args`."""
+    `--out` defaults to `default_out`. Returns `args`."""
     import tempfile
 
     if args.quick and args.out is None:
@@ -308,9 +385,112 @@ def check_grid_args(parser, args, *, default_out: Path, results_root: Path,
     if args.quick and inside(args.out, results_root):
         parser.error("--quick must not write into benchmarks/results")
     args.out = args.out or default_out
+    return args
+
+
+def grid_parser(description: str, *, quick_help: str, subset: str,
+                subset_choices: Sequence[str], methods: Sequence[str],
+                steps_help: Optional[str] = None, subset_help: Optional[str] = None,
+                methods_help: Optional[str] = None, explicit_seeds: bool = False,
+                **parser_kwargs: Any):
+    """The command line the grid benchmarks (`credit_modes.py`, `learning.py`,
+    `credit_analysis.py`) share: `benchmark_parser`'s options and `--<subset>` (tasks /
+    settings), `--methods`, `--num-seeds` (with `explicit_seeds`, or `--seeds`), `--steps`.
+    Add a script's own options, parse, then call `check_grid_args`."""
+    parser = benchmark_parser(description, quick_help=quick_help, **parser_kwargs)
+    parser.add_argument(f"--{subset}", nargs="+", choices=list(subset_choices), default=None,
+                        help=subset_help)
+    parser.add_argument("--methods", nargs="+", choices=list(methods), default=None,
+                        help=methods_help)
+    seeds = parser.add_mutually_exclusive_group() if explicit_seeds else parser
+    if explicit_seeds:
+        seeds.add_argument("--seeds", nargs="+", type=int, default=None, help="explicit seeds")
+    seeds.add_argument("--num-seeds", type=int, default=None, help="seeds 0..N-1")
+    parser.add_argument("--steps", type=int, default=None, help=steps_help)
+    return parser
+
+
+def check_grid_args(parser, args, *, default_out: Path, results_root: Path,
+                    quick_prefix: str):
+    """`check_out`; `--num-seeds` and `--steps` must be >= 1. Returns `args`."""
+    check_out(parser, args, default_out=default_out, results_root=results_root,
+              quick_prefix=quick_prefix)
     if args.num_seeds is not None and args.num_seeds < 1:
         parser.error("--num-seeds must be >= 1")
+    if args.steps is not None and args.steps < 1:
+        parser.error("--steps must be >= 1")
     return args
+
+
+def cell_path(out: Path, name: str, method: str, seed: int) -> Path:
+    """Where a grid stores the run of `method` on task/setting `name` with `seed`."""
+    return out / name / f"{method}_seed{seed}.json"
+
+
+def run_grid(todo: Sequence[Tuple[str, int, str]], out: Path, *,
+             run_cell: Callable[[Tuple[str, int, str]], Dict[str, Any]],
+             steps_of: Callable[[str], int], args,
+             stored_mismatch: Optional[Callable[[Any, Dict[str, Any]], Optional[str]]] = None
+             ) -> int:
+    """`run_plan_with_ray` over `(name, seed, method)` cells stored at `cell_path`, with
+    the budget `steps_of(name)` and `args.time_limit_min`, `args.torch_threads`."""
+    return run_plan_with_ray(
+        todo, run_one=run_cell, torch_threads=args.torch_threads,
+        path_of=lambda item: cell_path(out, item[0], item[2], item[1]),
+        target_of=lambda item: steps_of(item[0]),
+        label_of=lambda item: f"{item[0]} {item[2]} seed{item[1]}",
+        time_limit_min=args.time_limit_min, stored_mismatch=stored_mismatch)
+
+
+def setting_mismatch(stored: Dict[str, Any], overrides: Dict[str, Any], env_id: str,
+                     env_config: Optional[Dict[str, Any]] = None) -> Optional[str]:
+    """Why a stored run is not the run of `overrides` on `env_id` (and `env_config`, when
+    given), or None: the check that keeps runs of different settings out of one `--out`."""
+    overrides = json.loads(json.dumps(overrides))
+    if stored.get("overrides") != overrides:
+        return f"stored overrides {stored.get('overrides')} differ from {overrides}"
+    if stored.get("env_id") != env_id or (
+            env_config is not None and stored.get("env_config") != json.loads(json.dumps(env_config))):
+        shown = "" if env_config is None else f" {env_config}"
+        return (f"stored env {stored.get('env_id')}"
+                + ("" if env_config is None else f" {stored.get('env_config')}")
+                + f" differs from {env_id}{shown}")
+    return None
+
+
+def ordered(keys: Iterable[str], reference: Iterable[str]) -> List[str]:
+    """`keys` in the order of `reference`, those not in it after them, sorted."""
+    keys, reference = list(keys), list(reference)
+    return [k for k in reference if k in keys] + sorted(k for k in keys if k not in reference)
+
+
+def fmt(value: Optional[float], digits: int = 2) -> str:
+    """A table cell: the number with `digits` decimals, or a dash for None."""
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def machine_summary(runs) -> Dict[str, Any]:
+    """Where and when the stored runs (`load_runs`) were made: hosts, CPUs, platforms,
+    versions, torch threads, the load at their starts, their wall time and finish times."""
+    datas = [d for by_method in runs.values() for by_seed in by_method.values()
+             for d in by_seed.values()]
+    if not datas:
+        return {}
+    loads = [d["machine"]["loadavg_at_start"][0] for d in datas
+             if d.get("machine", {}).get("loadavg_at_start")]
+    return {
+        "hosts": sorted({d["machine"]["host"] for d in datas if "machine" in d}),
+        "cpu_count": sorted({d["machine"]["cpu_count"] for d in datas if "machine" in d}),
+        "platform": sorted({d["machine"]["platform"] for d in datas if "machine" in d}),
+        "versions": sorted({f"ray {d['versions']['ray']}, torch {d['versions']['torch']}"
+                            for d in datas if "versions" in d}),
+        "torch_num_threads": sorted({d.get("torch_num_threads") for d in datas}),
+        "loadavg_1min_at_run_start": [min(loads), max(loads)] if loads else None,
+        "num_runs": len(datas),
+        "total_wall_s": float(sum(d["wall_s"] for d in datas)),
+        "first_finished": min(d["finished_at"] for d in datas),
+        "last_finished": max(d["finished_at"] for d in datas),
+    }
 
 
 def load_runs(out: Path, pattern: str, keys: Tuple[str, str, str]
@@ -342,13 +522,28 @@ def stack_curves(datas: List[Dict[str, Any]], key: str,
     """Curves of several seeds as (steps, values[seed, point]), cut to the shortest.
 
     RLlib's iterations are 512-519 env steps, so the seeds' step counts differ
-    slightly: they are averaged. Missing values (None) become NaN."""
+    slightly: they are averaged. Missing values (None, or a column stored as None) become
+    NaN."""
     length = min(len(d["curve"][steps_key]) for d in datas)
     steps = np.mean([d["curve"][steps_key][:length] for d in datas], axis=0, dtype=np.float64)
     values = np.array(
-        [[np.nan if v is None else v for v in d["curve"][key][:length]] for d in datas],
-        dtype=np.float64)
+        [[np.nan if v is None else v for v in (d["curve"][key] or [None] * length)[:length]]
+         for d in datas], dtype=np.float64)
     return steps, values
+
+
+def curve_stride(datas: List[Dict[str, Any]]) -> int:
+    """Iterations per stored curve point, the same for every run in `datas` (else they
+    cannot be averaged point by point)."""
+    strides = {int(d.get("curve_stride", 1)) for d in datas}
+    if len(strides) > 1:
+        raise ValueError(f"runs stored with different curve strides {sorted(strides)}")
+    return strides.pop() if strides else 1
+
+
+def smoothing_points(iterations: int, datas: List[Dict[str, Any]]) -> int:
+    """A smoothing window of `iterations` iterations in stored curve points."""
+    return max(1, round(iterations / curve_stride(datas)))
 
 
 def plot_mean_band(ax, steps: np.ndarray, values: np.ndarray, *, color, label: str,

@@ -88,8 +88,6 @@ FULL_SEEDS = 5
 LAST_K = 100
 BASELINE = "a2c"
 QUICK_STEPS = 3_000
-DIAGNOSTICS_WINDOW = 10
-PEAK_WINDOW = 5
 
 METHODS: Dict[str, Dict[str, Any]] = {
     "a2c": {"credit": "a2c", "hindsight_loss_coeff": 1.0},
@@ -271,10 +269,9 @@ def aggregate(out: Path) -> Dict[str, Any]:
             p_by_method[method] = p
             values = list(p.values())
             mean, low, high = bootstrap_ci(values)
-            diag = {key: nan_mean(nan_mean(d["diagnostics"].get(key, [])[-DIAGNOSTICS_WINDOW:])
-                                  for d in datas.values())
+            diag = {key: nan_mean(d["diagnostics_last10"].get(key) for d in datas.values())
                     for key in ("info/mutual_information", "credit/reliability")}
-            peak = nan_mean(_peak(d["diagnostics"].get("info/mutual_information", []))
+            peak = nan_mean(d["diagnostics_peak5"].get("info/mutual_information")
                             for d in datas.values())
             entry["methods"][method] = {
                 "seeds": list(p), "p_good": values, "p_good_mean": mean,
@@ -293,17 +290,6 @@ def aggregate(out: Path) -> Dict[str, Any]:
     (out / "summary.md").write_text(summary_markdown(summary))
     plot(out, summary)
     return summary
-
-
-def _peak(values: Sequence[Optional[float]], window: int = PEAK_WINDOW) -> Optional[float]:
-    """Largest trailing mean over `window` iterations of a diagnostic curve (None values
-    skipped): the MI diagnostic is highest early, while the policy still explores, and
-    falls toward 0 as the policy becomes deterministic (I(A; Z | S) <= H(A | S))."""
-    finite = [float(v) for v in values if v is not None and math.isfinite(float(v))]
-    if len(finite) < window:
-        return None
-    means = np.convolve(finite, np.ones(window) / window, mode="valid")
-    return float(means.max())
 
 
 def aggregate_over_settings(summary: Dict[str, Any]) -> Dict[str, Any]:

@@ -27,7 +27,7 @@ run checks this on the built environment and stores what it saw (`env_check`).
 
 Final score of a run: mean undiscounted return of its last 100 (known-answer tasks) or
 20 (CartPole tasks) completed episodes, from exact per-episode returns recorded by an
-`RLlibCallback.on_episode_end` that sums all chunks of an episode (`common.py`). The
+`RLlibCallback.on_episode_end` that sums all chunks of an episode (`hca_rllib/callbacks.py`). The
 learning curve has one point per iteration: env steps so far and the mean return of the
 episodes completed in that iteration (None if none completed). Per iteration the run
 also stores the learner diagnostics (`info/mutual_information`, `credit/reliability`,
@@ -79,13 +79,14 @@ for _path in (str(REPO), str(BENCH_DIR)):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
+from hca_rllib.runner import RESULT_KEYS, training_iterations  # noqa: E402
+
 from common import (  # noqa: E402  (benchmarks/common.py, found via BENCH_DIR)
+    DIAGNOSTICS_LAST,
     EpisodeLog,
     command_line,
-    episode_return_callback_class,
     inside,
     iqm_ci,
-    lifetime_env_steps,
     load_runs,
     machine_note,
     matplotlib_pyplot,
@@ -94,6 +95,7 @@ from common import (  # noqa: E402  (benchmarks/common.py, found via BENCH_DIR)
     plot_mean_band,
     probability_of_improvement,
     run_plan_with_ray,
+    smoothing_points,
     stack_curves,
     window_mean,
     write_json,
@@ -107,7 +109,7 @@ FULL_SEEDS = 5
 QUICK_STEPS = 5_000
 QUICK_TASKS = ("bandit", "cartpole")
 QUICK_METHODS = ("a2c", "hca")
-DIAGNOSTICS_WINDOW = 10  # summary: mean of the last 10 iterations
+DIAGNOSTICS_WINDOW = DIAGNOSTICS_LAST  # summary: mean of the last 10 iterations (stored per run)
 SMOOTH_ITERATIONS = 5  # plots only: trailing mean over this many iterations per seed
 BASELINE = "a2c"
 
@@ -167,6 +169,9 @@ DIAGNOSTICS = (
     "hca/clip_fraction",
     "hca/advantage_correlation",
 )
+# A diagnostic's name in RLlib's learner results -> its name in a results.jsonl line.
+DIAGNOSTIC_LINE_KEYS = {path[-1]: name for name, path in RESULT_KEYS.items()
+                        if path[-1] in DIAGNOSTICS}
 DIAGNOSTIC_LABELS = {
     "info/mutual_information": "MI (nats)",
     "credit/reliability": "reliability w",
@@ -178,14 +183,6 @@ COLORS = {
     "a2c": "black", "hca": "tab:blue", "c2a2c": "tab:orange", "c2a2c_hard": "tab:green", "mix": "tab:purple", "hca_pure": "tab:cyan",
     "c2a2c_pure": "tab:brown",
 }
-
-
-def _finite_or_none(value: Any) -> Optional[float]:
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
 
 
 def _json_roundtrip(value: Any) -> Any:
@@ -275,7 +272,6 @@ def run_spec(task: str, spec: Dict[str, Any], method: str, overrides: Dict[str, 
     config = (base_config or default_base_config)(spec)
     config = (
         config.training(**overrides)
-        .callbacks(episode_return_callback_class())
         .debugging(seed=seed)
     )
     algo = config.build_algo()
@@ -288,13 +284,14 @@ def run_spec(task: str, spec: Dict[str, Any], method: str, overrides: Dict[str, 
         f"return_mean_last{last_k}": [], "p_good_action": [],
     }
     diagnostics: Dict[str, List[Optional[float]]] = {key: [] for key in DIAGNOSTICS}
+    lines: List[Dict[str, Any]] = []
     skipped_updates = None
     env_steps = 0
     t_train = time.perf_counter()
     try:
-        while env_steps < total_steps:
-            result = algo.train()
-            env_steps = lifetime_env_steps(result)
+        for _, line, _ in training_iterations(algo, total_steps):
+            lines.append(line)
+            env_steps = line["env_steps"]
             fresh = episode_log.new()
             returns += [r for r, _ in fresh]
             lengths += [n for _, n in fresh]
@@ -304,13 +301,10 @@ def run_spec(task: str, spec: Dict[str, Any], method: str, overrides: Dict[str, 
             curve["episodes_iteration"].append(len(fresh))
             curve[f"return_mean_last{last_k}"].append(window_mean(returns, last_k))
             curve["p_good_action"].append(_probe(algo, spec["probe"]))
-            learner = result.get("learners", {})
-            module_results = learner.get("default_policy", {})
             for key in DIAGNOSTICS:
-                diagnostics[key].append(_finite_or_none(module_results.get(key)))
-            skipped = learner.get("__all_modules__", {}).get("num_skipped_updates")
-            if skipped is not None:
-                skipped_updates = _finite_or_none(skipped)
+                diagnostics[key].append(line[DIAGNOSTIC_LINE_KEYS[key]])
+            if line["num_skipped_updates"] is not None:
+                skipped_updates = line["num_skipped_updates"]
         t_end = time.perf_counter()
         p_good_final = _probe(algo, spec["probe"])
         last_rewards = episode_log.last_rewards()
@@ -344,7 +338,10 @@ def run_spec(task: str, spec: Dict[str, Any], method: str, overrides: Dict[str, 
                                       "= env + model construction excluded)",
         "curve": curve,
         "diagnostics": diagnostics,
+        # per episode and per iteration (results.jsonl lines): kept beside the compact
+        # record, outside git (`common.store_run`)
         "episodes": {"return": returns, "length": lengths, "last_reward": last_rewards},
+        "results": lines,
         "env_check": env_check,
         "settings": {"config": type(config).__name__,
                      "num_env_runners": config.num_env_runners,
@@ -401,10 +398,6 @@ def _ordered(keys, reference) -> List[str]:
     return [k for k in reference if k in keys] + sorted(k for k in keys if k not in reference)
 
 
-def _last_window_mean(values: Sequence[Optional[float]]) -> Optional[float]:
-    return nan_mean(list(values)[-DIAGNOSTICS_WINDOW:])
-
-
 def aggregate(out: Path) -> Dict[str, Any]:
     runs = load_runs(out, "*/*_seed*.json", ("task", "method", "seed"))
     summary: Dict[str, Any] = {
@@ -432,8 +425,7 @@ def aggregate(out: Path) -> Dict[str, Any]:
             finals = np.array([datas[s]["final_score"] for s in seeds], dtype=np.float64)
             scores_by_method[method] = dict(zip(seeds, finals.tolist()))
             point, low, high, ci_method = iqm_ci(finals)
-            diag = {key: nan_mean(_last_window_mean(d["diagnostics"].get(key, []))
-                                  for d in datas.values())
+            diag = {key: nan_mean(d["diagnostics_last10"].get(key) for d in datas.values())
                     for key in DIAGNOSTICS}
             task_summary["methods"][method] = {
                 "seeds": seeds,
@@ -636,7 +628,8 @@ def plot_curves(out: Path, runs) -> None:
             label = f"{method} ({len(datas)} seed{'s' if len(datas) != 1 else ''})"
             color = COLORS.get(method)
             steps, values = stack_curves(datas, "return_mean_iteration")
-            plot_mean_band(ax_ret, steps, _smooth(values), color=color, label=label, band="sem",
+            plot_mean_band(ax_ret, steps, _smooth(values, smoothing_points(SMOOTH_ITERATIONS, datas)),
+                           color=color, label=label, band="sem",
                            alpha=0.12, linewidth=1.2)
             if probe:
                 steps, values = stack_curves(datas, "p_good_action")

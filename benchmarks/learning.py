@@ -89,6 +89,7 @@ from common import (  # noqa: E402
     paired_difference,
     plot_mean_band,
     run_plan_with_ray,
+    smoothing_points,
     stack_curves,
     write_json,
 )
@@ -111,7 +112,6 @@ BASELINE = "a2c"
 QUICK_STEPS = 3_000
 QUICK_TASKS = ("minatar_Breakout", "umbrella_length_10")
 QUICK_METHODS = ("a2c", "hca")
-DIAGNOSTICS_WINDOW = 10
 
 METHODS: Dict[str, Dict[str, Any]] = {
     "a2c": {"credit": "a2c", "hindsight_loss_coeff": 1.0},
@@ -324,8 +324,8 @@ def aggregate(out: Path) -> Dict[str, Any]:
                 "env_steps": sorted({d["env_steps"] for d in datas.values()}),
                 "mean_env_steps_per_s": float(np.mean([d["env_steps_per_s"] for d in datas.values()])),
                 "diagnostics_last10": {
-                    key: nan_mean(nan_mean(d["diagnostics"].get(key, [])[-DIAGNOSTICS_WINDOW:])
-                                  for d in datas.values()) for key in DIAGNOSTICS},
+                    key: nan_mean(d["diagnostics_last10"].get(key) for d in datas.values())
+                    for key in DIAGNOSTICS},
             }
         for method, stats in entry["methods"].items():
             if method == BASELINE or BASELINE not in finals_by_method:
@@ -570,7 +570,8 @@ def plot_curves(out: Path, runs) -> None:
             for method in _ordered(runs[task], METHODS):
                 datas = [runs[task][method][s] for s in sorted(runs[task][method])]
                 steps, values = stack_curves(datas, "return_mean_iteration")
-                plot_mean_band(ax, steps, _smooth(values, 20), color=COLORS.get(method),
+                plot_mean_band(ax, steps, _smooth(values, smoothing_points(20, datas)),
+                               color=COLORS.get(method),
                                label=f"{method} ({len(datas)})", band="sem", alpha=0.15,
                                linewidth=1.2)
             ax.set_title(f"{task} ({TASKS.get(task, {}).get('env_id', '')})", fontsize=9)
@@ -581,7 +582,7 @@ def plot_curves(out: Path, runs) -> None:
         fig.suptitle(f"{domain}: mean over seeds (count in brackets), band = +-1 s.e.; "
                      "returns smoothed per seed over 20 iterations", fontsize=9)
         fig.tight_layout()
-        fig.savefig(out / f"curves_{domain.lower()}.png", dpi=100)
+        fig.savefig(out / f"curves_{domain.lower().replace(' ', '_')}.png", dpi=100)
         plt.close(fig)
 
 

@@ -30,7 +30,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -486,6 +486,25 @@ def init_ray(address: Optional[str] = None) -> None:
     )
 
 
+def training_iterations(algo, stop_timesteps: int, start: Optional[Dict[str, Any]] = None
+                        ) -> Iterator[Tuple[Dict[str, Any], Dict[str, Any], float]]:
+    """The training loop of every run (`run_training`, so the CLI and the tuned examples,
+    and the benchmarks): `algo.train()` until `stop_timesteps` env steps, yielding
+    `(result, line, rate)` per iteration, where `line` is the iteration's results.jsonl
+    line (`result_line`) and `rate` the env steps per second since the loop started.
+    `start`: the last line of a resumed run, whose env steps and `time_s` it continues
+    (default: a fresh run)."""
+    line = start or {"env_steps": 0, "iteration": 0}
+    start_time, start_steps = time.time(), line["env_steps"]
+    elapsed_before = line.get("time_s", 0.0)
+    while line["env_steps"] < stop_timesteps:
+        result = algo.train()
+        now = time.time() - start_time
+        rate = (int(result["num_env_steps_sampled_lifetime"]) - start_steps) / max(now, 1e-9)
+        line = result_line(result, elapsed_before + now, rate)
+        yield result, line, rate
+
+
 def run_training(
     config,
     run_dir: Path,
@@ -571,15 +590,9 @@ def run_training(
         display = Progress(stop_timesteps, every_s=progress_every) if progress else None
 
         line = kept[-1] if kept else {"env_steps": 0, "iteration": 0}
-        start_time, start_steps = time.time(), line["env_steps"]
-        elapsed_before = line.get("time_s", 0.0)
         last_saved = line["iteration"]
         with open(results_path, "a") as results:
-            while line["env_steps"] < stop_timesteps:
-                result = algo.train()
-                now = time.time() - start_time
-                rate = (int(result["num_env_steps_sampled_lifetime"]) - start_steps) / max(now, 1e-9)
-                line = result_line(result, elapsed_before + now, rate)
+            for _, line, rate in training_iterations(algo, stop_timesteps, start=line):
                 results.write(json.dumps(line) + "\n")
                 results.flush()
                 for log in loggers:

@@ -18,10 +18,17 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "a2c_parity.py"
 
 
+def _load_raw(path):
+    import gzip
+
+    return json.loads(gzip.decompress(path.with_name(path.stem + ".raw.json.gz").read_bytes()))
+
+
 def _finite(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+@pytest.mark.benchmark
 def test_a2c_parity_quick(tmp_path):
     pytest.importorskip("stable_baselines3")
     pytest.importorskip("matplotlib")
@@ -36,10 +43,16 @@ def test_a2c_parity_quick(tmp_path):
             path = tmp_path / "CartPole-v1" / f"{library}_seed{seed}.json"
             assert path.is_file(), path
             run = json.loads(path.read_text())
+            assert run["record_format"] == "compact-1" and "episodes" not in run
             for key in ("final_score", "wall_s", "train_s", "env_steps_per_s"):
                 assert _finite(run[key]), (path, key, run[key])
             assert 5_000 <= run["env_steps"] < 5_000 + 2 * 512, run["env_steps"]
             assert run["num_episodes"] >= 20
+            raw = _load_raw(path)  # the full record, beside the compact one
+            assert run["curve_stride"] == 1 and len(run["curve"]["env_steps"]) == len(raw["curve"]["env_steps"])
+            run = {**run, "episodes": raw["episodes"], "curve": raw["curve"]}
+            if library == "ours":  # the one training loop's results.jsonl lines
+                assert [line["env_steps"] for line in raw["results"]] == raw["curve"]["env_steps"]
             curve = run["curve"]
             assert len(curve["env_steps"]) == len(curve["return_mean_last20"]) >= 9
             assert curve["env_steps"] == sorted(curve["env_steps"])
@@ -69,6 +82,7 @@ def test_a2c_parity_quick(tmp_path):
 CREDIT_MODES_SCRIPT = REPO / "benchmarks" / "credit_modes.py"
 
 
+@pytest.mark.benchmark
 def test_credit_modes_quick(tmp_path):
     """`benchmarks/credit_modes.py --quick`: bandit and CartPole, a2c and hca, seed 0,
     5k env steps per run; every run file and the summary must hold finite numbers."""
@@ -89,6 +103,12 @@ def test_credit_modes_quick(tmp_path):
                 assert _finite(run[key]), (path, key, run[key])
             assert 5_000 <= run["env_steps"] < 5_000 + 2 * 520, run["env_steps"]
             assert run["final_score_num_episodes"] == last_k
+            raw = _load_raw(path)
+            run = {**run, "episodes": raw["episodes"], "diagnostics": raw["diagnostics"],
+                   "curve": raw["curve"]}
+            assert raw["results"][-1]["env_steps"] == run["env_steps"]
+            assert [line["mutual_information"] for line in raw["results"]] == \
+                raw["diagnostics"]["info/mutual_information"]
             assert run["final_score"] == pytest.approx(
                 sum(run["episodes"]["return"][-last_k:]) / last_k)
             assert run["env_check"]["env_config_reached"] is True
@@ -128,6 +148,7 @@ def test_credit_modes_quick(tmp_path):
         assert (tmp_path / name).stat().st_size > 0, name
 
 
+@pytest.mark.benchmark
 def test_env_throughput_quick(tmp_path):
     proc = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "env_throughput.py"), "--quick", "--out", str(tmp_path)],
@@ -140,6 +161,7 @@ def test_env_throughput_quick(tmp_path):
     assert "raw_ale" in text and "native_8" in text and "python_sync_8" in text
 
 
+@pytest.mark.benchmark
 def test_throughput_quick(tmp_path):
     """`benchmarks/throughput.py --quick`: MinAtar and Atari rows, the learner split, the
     memory of a remote EnvRunner, the sampling profile and the cluster projection."""
@@ -296,6 +318,7 @@ def test_decision_information_closed_forms():
     assert de_delay == sorted(de_delay, reverse=True)
 
 
+@pytest.mark.benchmark
 def test_learning_quick(tmp_path):
     """`benchmarks/learning.py --quick`: MinAtar Breakout and bsuite umbrella, a2c and hca,
     2 seeds, 3k steps; cell files, resume (a second call makes no run), the summary's
@@ -311,8 +334,10 @@ def test_learning_quick(tmp_path):
     for task in ("minatar_Breakout", "umbrella_length_10"):
         for method in ("a2c", "hca"):
             for seed in (0, 1):
-                run = json.loads((tmp_path / task / f"{method}_seed{seed}.json").read_text())
+                path = tmp_path / task / f"{method}_seed{seed}.json"
+                run = json.loads(path.read_text())
                 assert (run["task"], run["method"], run["seed"]) == (task, method, seed)
+                run = {**run, "episodes": _load_raw(path)["episodes"]}
                 assert _finite(run["final_score"]) and 3_000 <= run["env_steps"] < 4_000
                 last = run["episodes"]["last_reward"]
                 assert len(last) == run["num_episodes"] == len(run["episodes"]["return"])
@@ -340,6 +365,7 @@ def test_learning_quick(tmp_path):
         assert (tmp_path / name).stat().st_size > 0, name
 
 
+@pytest.mark.benchmark
 def test_credit_analysis_quick(tmp_path):
     pytest.importorskip("matplotlib")
     proc = subprocess.run([sys.executable, str(BENCHMARKS / "credit_analysis.py"), "--quick",
@@ -444,3 +470,132 @@ def test_decision_information_against_the_real_environments():
         sd = np.sqrt((np.var(z[0]) + np.var(z[1])) / 2)
         assert gap == pytest.approx(expected["delta"], abs=0.15), (task, gap)
         assert sd == pytest.approx(expected["noise_sd"], rel=0.06), (task, sd)
+
+
+# ------------------------------------------------------------- compact run records
+
+
+def _full_record(iterations: int = 500, seed: int = 0):
+    """A run record as the scripts make it: curve, diagnostics, every episode."""
+    rng = np.random.default_rng(seed)
+    episodes = [int(n) for n in rng.integers(0, 4, size=iterations)]
+    returns = [float(r) for r in rng.normal(size=iterations)]
+    mi = [None if i % 7 == 3 else float(v) for i, v in enumerate(rng.normal(size=iterations))]
+    return {
+        "task": "bandit", "method": "a2c", "seed": seed, "env_id": "HCA/AmbiguousBandit-v0",
+        "env_config": {}, "overrides": {"credit": "a2c", "hindsight_loss_coeff": 1.0},
+        "target_env_steps": 512 * iterations, "final_score": 1.25, "final_return": 1.25,
+        "env_steps_per_s": 1000.0, "train_s": 10.0, "setup_s": 1.0, "wall_s": 11.0,
+        "curve": {"env_steps": [512 * (i + 1) for i in range(iterations)],
+                  "return_mean_iteration": [r if n else None for r, n in zip(returns, episodes)],
+                  "episodes_iteration": episodes,
+                  "return_mean_last100": returns,
+                  "p_good_action": [None] * iterations},
+        "diagnostics": {"info/mutual_information": mi, "c2a2c/mask_fraction": [None] * iterations},
+        "episodes": {"return": [float(v) for v in rng.normal(size=30_000)],
+                     "length": [1] * 30_000},
+        "results": [{"iteration": i + 1} for i in range(iterations)],
+    }
+
+
+def test_compact_record_holds_what_the_reports_read():
+    common = _import_benchmark("common")
+    full = _full_record()
+    record = common.compact_record(full)
+    assert record["record_format"] == "compact-1"
+    assert "episodes" not in record and "results" not in record
+    for key in ("final_score", "final_return", "env_steps_per_s", "train_s", "setup_s",
+                "wall_s", "overrides", "env_id", "env_config", "target_env_steps"):
+        assert record[key] == full[key], key
+    # the diagnostics the reports read, at full precision, from the full curves
+    mi = full["diagnostics"]["info/mutual_information"]
+    last = [v for v in mi[-10:] if v is not None]
+    assert record["diagnostics_last10"]["info/mutual_information"] == pytest.approx(
+        sum(last) / len(last), rel=1e-12)
+    finite = [v for v in mi if v is not None]
+    peak = max(sum(finite[i:i + 5]) / 5 for i in range(len(finite) - 4))
+    assert record["diagnostics_peak5"]["info/mutual_information"] == pytest.approx(peak, rel=1e-12)
+    assert record["diagnostics_last10"]["c2a2c/mask_fraction"] is None
+    assert record["diagnostics"]["c2a2c/mask_fraction"] is None
+    # 500 iterations -> 3 per point, 167 points; a bin's return is the mean over its episodes
+    curve = record["curve"]
+    assert record["curve_stride"] == 3 and len(curve["env_steps"]) == 167
+    assert curve["env_steps"][0] == 3 * 512 and curve["env_steps"][-1] == 500 * 512
+    assert curve["episodes_iteration"][:2] == [sum(full["curve"]["episodes_iteration"][0:3]),
+                                               sum(full["curve"]["episodes_iteration"][3:6])]
+    assert sum(curve["episodes_iteration"]) == sum(full["curve"]["episodes_iteration"])
+    for b in range(5):
+        pairs = [(r, n) for r, n in zip(full["curve"]["return_mean_iteration"][3 * b:3 * b + 3],
+                                        full["curve"]["episodes_iteration"][3 * b:3 * b + 3]) if n]
+        expected = sum(r * n for r, n in pairs) / sum(n for _, n in pairs) if pairs else None
+        assert curve["return_mean_iteration"][b] == (
+            None if expected is None else pytest.approx(expected, rel=1e-3))
+    assert curve["return_mean_last100"][0] == pytest.approx(full["curve"]["return_mean_last100"][2],
+                                                            rel=1e-3)
+    assert curve["p_good_action"] is None
+    assert len(record["diagnostics"]["info/mutual_information"]) == 100  # 5 iterations each
+    # small, and idempotent
+    size = len(json.dumps(record, separators=(",", ":")))
+    assert size < 15_000 and size < len(json.dumps(full)) / 30, size
+    assert common.compact_record(record) is record
+    # short runs keep every iteration
+    short = common.compact_record(_full_record(iterations=150))
+    assert short["curve_stride"] == 1 and len(short["curve"]["env_steps"]) == 150
+
+
+def test_run_plan_resumes_compact_cells_and_stops_on_a_mismatch(tmp_path):
+    common = _import_benchmark("common")
+    made = []
+
+    def run_one(item):
+        made.append(item)
+        return _full_record(iterations=50, seed=item)
+
+    kwargs = dict(path_of=lambda item: tmp_path / "bandit" / f"a2c_seed{item}.json",
+                  target_of=lambda item: 512 * 50, label_of=str, run_one=run_one,
+                  describe=lambda data: "")
+    assert common.run_plan([0, 1], **kwargs) == 2 and made == [0, 1]
+    stored = json.loads((tmp_path / "bandit" / "a2c_seed0.json").read_text())
+    assert stored["record_format"] == "compact-1" and "episodes" not in stored
+    assert common.load_raw(tmp_path / "bandit" / "a2c_seed0.json")["episodes"]["length"] == [1] * 30_000
+    # resume: stored compact cells are skipped, a missing one is run
+    (tmp_path / "bandit" / "a2c_seed1.json").unlink()
+    assert common.run_plan([0, 1], **kwargs) == 1 and made == [0, 1, 1]
+    # a compact cell of another budget or setting stops the run before anything is made
+    with pytest.raises(SystemExit, match="was run for 25600 steps"):
+        common.run_plan([0], **{**kwargs, "target_of": lambda item: 1000})
+    with pytest.raises(SystemExit, match="overrides differ"):
+        common.run_plan([0], **kwargs, stored_mismatch=lambda item, s: (
+            "overrides differ" if s["overrides"] != {"credit": "hca"} else None))
+    assert made == [0, 1, 1]
+
+
+def test_stored_mismatch_checks_read_the_committed_compact_cells():
+    """The benchmarks' own checks accept the committed (compact) cell they made and
+    refuse it for another method or task."""
+    credit_modes = _import_benchmark("credit_modes")
+    learning = _import_benchmark("learning")
+    results = BENCHMARKS / "results"
+    cell = json.loads((results / "credit_modes" / "bandit" / "hca_seed0.json").read_text())
+    assert cell["record_format"] == "compact-1"
+    assert credit_modes._stored_mismatch(("bandit", 0, "hca"), cell) is None
+    assert "overrides" in credit_modes._stored_mismatch(("bandit", 0, "a2c"), cell)
+    assert "env" in credit_modes._stored_mismatch(("shortcut", 0, "hca"), cell)
+    cell = json.loads((results / "learning" / "umbrella_length_10" / "mix_seed3.json").read_text())
+    assert learning._stored_mismatch(("umbrella_length_10", 3, "mix"), cell) is None
+    assert "overrides" in learning._stored_mismatch(("umbrella_length_10", 3, "hca"), cell)
+    del cell["final_return"]
+    assert "terminal-reward" in learning._stored_mismatch(("umbrella_length_10", 3, "mix"), cell)
+
+
+def test_committed_results_are_compact():
+    """benchmarks/results: at most 15 MB tracked, no spaces in file names, every run
+    record compact."""
+    out = subprocess.run(["git", "ls-files", "-z", "benchmarks/results"], cwd=REPO,
+                         capture_output=True, check=True).stdout.decode().split("\0")
+    files = [REPO / name for name in out if name and (REPO / name).exists()]
+    assert files and sum(path.stat().st_size for path in files) < 15 * 2**20
+    assert not [path for path in files if " " in path.name]
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "compact_results.py"), "--check"],
+                          cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-2000:]
