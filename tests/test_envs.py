@@ -389,7 +389,8 @@ def test_ale_own_ids_stay_raw_and_say_so_once(monkeypatch, env_id, first, second
         info = resolve_env(env_id)
     assert len(caught) == 1
     message = str(caught[0].message)
-    assert "\n" not in message
+    shown = warnings.formatwarning(caught[0].message, caught[0].category, caught[0].filename, caught[0].lineno)
+    assert shown.count("\n") == 1 and shown.endswith(f"RawAtariWarning: {message}\n")  # one line, as printed
     assert message.startswith(f"{env_id!r} is ale-py's raw env (observations {shape},")
     assert f"use {first!r} or {second!r}" in message
     assert info.family.name == "gymnasium" and info.observation_space.shape == shape  # not mapped

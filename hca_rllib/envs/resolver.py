@@ -258,13 +258,16 @@ def _warn_raw_atari(env_id: str, observation_space: gym.Space) -> None:
     machado = sticky == ATARI_PROTOCOLS["machado"].repeat_action_probability
     first, second = ("atari-machado", "atari") if machado else ("atari", "atari-machado")
     shape = getattr(observation_space, "shape", None)
-    warnings.warn(
+    # warn_explicit with a location that has no source line: Python prints one line.
+    warnings.warn_explicit(
         f"{env_id!r} is ale-py's raw env (observations {shape}, frameskip {frameskip}, sticky "
         f"actions {sticky:g}, unclipped rewards, no frame stack or life-loss handling), not the "
         f"Atari protocol; for the protocol (84x84 grey, max-pool, 4 stacked frames, clipped "
         f"rewards) use {first + '/' + game!r} or {second + '/' + game!r}",
         RawAtariWarning,
-        stacklevel=3,
+        filename=__name__,
+        lineno=0,
+        module=__name__,
     )
 
 
