@@ -50,11 +50,9 @@ and plotting helpers live in `benchmarks/common.py` (shared with `credit_modes.p
 
 from __future__ import annotations
 
-import argparse
 import math
 import platform
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -75,6 +73,8 @@ from common import (  # noqa: E402,F401
     BOOTSTRAP_SEED,
     RAY_INIT_KWARGS,
     EpisodeLog,
+    benchmark_parser,
+    check_out,
     command_line,
     iqm,
     iqm_ci,
@@ -501,30 +501,17 @@ def plot_curves(out: Path, runs) -> None:
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = benchmark_parser(
+        __doc__.split("\n\n")[0],
         epilog="Reproduce: .venv/bin/python benchmarks/a2c_parity.py (full); "
-               "add --quick for the smoke test.")
-    parser.add_argument("--quick", action="store_true",
-                        help=f"CartPole only, {QUICK_SEEDS} seeds, {QUICK_STEPS} steps; writes "
-                             "to --out or a fresh temp dir, never to benchmarks/results")
-    parser.add_argument("--out", type=Path, default=None,
-                        help=f"results directory (default: {DEFAULT_OUT.relative_to(REPO)})")
-    parser.add_argument("--time-limit-min", type=float, default=None,
-                        help="do not start a new run after this many minutes (resume later)")
-    parser.add_argument("--report-only", action="store_true",
-                        help="only aggregate stored runs (summary.md/json, curves.png)")
-    parser.add_argument("--torch-threads", type=int, default=1,
-                        help="torch intra-op threads for both libraries (default 1)")
-    args = parser.parse_args(argv)
-    if args.quick and args.out is None:
-        args.out = Path(tempfile.mkdtemp(prefix="a2c_parity_quick_"))
-    if args.quick and args.out.resolve() == DEFAULT_OUT.resolve():
-        parser.error("--quick must not write into benchmarks/results/a2c_parity")
-    if args.out is None:
-        args.out = DEFAULT_OUT
-    return args
+               "add --quick for the smoke test.",
+        quick_help=f"CartPole only, {QUICK_SEEDS} seeds, {QUICK_STEPS} steps; writes "
+                   "to --out or a fresh temp dir, never to benchmarks/results",
+        out_help=f"results directory (default: {DEFAULT_OUT.relative_to(REPO)})",
+        report_help="only aggregate stored runs (summary.md/json, curves.png)",
+        torch_help="torch intra-op threads for both libraries (default 1)")
+    return check_out(parser, parser.parse_args(argv), default_out=DEFAULT_OUT,
+                     results_root=DEFAULT_OUT.parent, quick_prefix="a2c_parity_quick_")
 
 
 def main(argv=None) -> int:

@@ -422,6 +422,24 @@ def check_grid_args(parser, args, *, default_out: Path, results_root: Path,
     return args
 
 
+def grid_selection(args, *, subset: str, names: Sequence[str], quick_names: Sequence[str],
+                   methods: Sequence[str], quick_methods: Sequence[str], full_seeds: int,
+                   quick_seeds: int) -> Tuple[List[str], List[str], List[int]]:
+    """The cells a grid invocation asks for: `--<subset>` or all `names` (`--quick`:
+    `quick_names`), `--methods` or `methods` (`quick_methods`), and `--seeds` (where the
+    script has it) or seeds `0..--num-seeds-1` (default `full_seeds`, `--quick`:
+    `quick_seeds`). Creates `args.out` and says where the results go."""
+    chosen = getattr(args, subset) or list(quick_names if args.quick else names)
+    chosen_methods = args.methods or list(quick_methods if args.quick else methods)
+    if getattr(args, "seeds", None) is not None:
+        seeds = list(dict.fromkeys(args.seeds))
+    else:
+        seeds = list(range(args.num_seeds or (quick_seeds if args.quick else full_seeds)))
+    args.out.mkdir(parents=True, exist_ok=True)
+    print(f"results: {args.out}", flush=True)
+    return chosen, chosen_methods, seeds
+
+
 def cell_path(out: Path, name: str, method: str, seed: int) -> Path:
     """Where a grid stores the run of `method` on task/setting `name` with `seed`."""
     return out / name / f"{method}_seed{seed}.json"

@@ -55,7 +55,7 @@ from __future__ import annotations
 import math
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Sequence
 
 import numpy as np
 
@@ -68,13 +68,17 @@ for _path in (str(REPO), str(BENCH_DIR)):
 from common import (  # noqa: E402
     bootstrap_ci,
     check_grid_args,
+    cell_path,
     command_line,
+    fmt,
     grid_parser,
+    grid_selection,
     load_runs,
     matplotlib_pyplot,
     nan_mean,
     paired_difference,
-    run_plan_with_ray,
+    run_grid,
+    setting_mismatch,
     write_json,
 )
 from credit_modes import N_ENVS, run_spec  # noqa: E402
@@ -216,7 +220,7 @@ def _axis_members(name: str) -> List[str]:
 
 
 def result_path(out: Path, setting: str, method: str, seed: int) -> Path:
-    return out / setting / f"{method}_seed{seed}.json"
+    return cell_path(out, setting, method, seed)
 
 
 def plan(names: Sequence[str], seeds: Sequence[int], methods: Sequence[str]):
@@ -234,18 +238,11 @@ def run_all(args, out: Path, names, seeds, methods, steps: int) -> None:
 
     def mismatch(item, stored):
         name, _, method = item
-        if stored.get("env_config") != SETTINGS[name]["env_config"]:
-            return f"stored env_config {stored.get('env_config')} differs"
-        if stored.get("overrides") != METHODS[method]:
-            return f"stored overrides {stored.get('overrides')} differ"
-        return None
+        return setting_mismatch(stored, METHODS[method], SETTINGS[name]["env_id"],
+                                SETTINGS[name]["env_config"])
 
-    run_plan_with_ray(plan(names, seeds, methods), run_one=run_item,
-                      torch_threads=args.torch_threads,
-                      path_of=lambda item: result_path(out, item[0], item[2], item[1]),
-                      target_of=lambda item: steps,
-                      label_of=lambda item: f"{item[0]} {item[2]} seed{item[1]}",
-                      time_limit_min=args.time_limit_min, stored_mismatch=mismatch)
+    run_grid(plan(names, seeds, methods), out, run_cell=run_item, steps_of=lambda name: steps,
+             args=args, stored_mismatch=mismatch)
 
 
 # ---------------------------------------------------------------------- aggregate
@@ -338,10 +335,6 @@ def aggregate_over_settings(summary: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
-def _fmt(value: Optional[float], digits: int = 2) -> str:
-    return "—" if value is None else f"{value:.{digits}f}"
-
-
 def summary_markdown(summary: Dict[str, Any]) -> str:
     lines = [
         "# Credit analysis: delay and noise against the information at the decision",
@@ -384,8 +377,8 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
         mi_peak = methods.get(BASELINE, {}).get("mutual_information_peak")
         w = methods.get("hca", {}).get("reliability_last10")
         lines.append(f"| {name} | {info['information']:.3f} | "
-                     f"{info['fragment_visible_fraction']:.2f} | {_fmt(mi_peak, 4)} / "
-                     f"{_fmt(mi, 4)} | {_fmt(w)} | "
+                     f"{info['fragment_visible_fraction']:.2f} | {fmt(mi_peak, 4)} / "
+                     f"{fmt(mi, 4)} | {fmt(w)} | "
                      + " | ".join(cells) + " |")
     agg = summary.get("aggregate") or {}
     if agg.get("methods"):
@@ -488,12 +481,10 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
-    names = args.settings or list(QUICK_SETTINGS if args.quick else SETTINGS)
-    methods = args.methods or list(QUICK_METHODS if args.quick else METHODS)
-    seeds = list(range(args.num_seeds or (2 if args.quick else FULL_SEEDS)))
+    names, methods, seeds = grid_selection(
+        args, subset="settings", names=SETTINGS, quick_names=QUICK_SETTINGS, methods=METHODS,
+        quick_methods=QUICK_METHODS, full_seeds=FULL_SEEDS, quick_seeds=2)
     steps = args.steps or (QUICK_STEPS if args.quick else STEPS)
-    print(f"results: {out}", flush=True)
     if not args.report_only:
         run_all(args, out, names, seeds, methods, steps)
     summary = aggregate(out)

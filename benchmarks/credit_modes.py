@@ -61,12 +61,10 @@ Needs matplotlib and scipy (the `bench` extra).
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import math
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -84,17 +82,24 @@ from hca_rllib.runner import RESULT_KEYS, training_iterations  # noqa: E402
 from common import (  # noqa: E402  (benchmarks/common.py, found via BENCH_DIR)
     DIAGNOSTICS_LAST,
     EpisodeLog,
+    cell_path,
+    check_grid_args,
     command_line,
-    inside,
+    fmt,
+    grid_parser,
+    grid_selection,
     iqm_ci,
     load_runs,
+    machine_summary,
     machine_note,
     matplotlib_pyplot,
     nan_mean,
     paired_difference,
     plot_mean_band,
     probability_of_improvement,
-    run_plan_with_ray,
+    ordered,
+    run_grid,
+    setting_mismatch,
     smoothing_points,
     stack_curves,
     window_mean,
@@ -358,7 +363,7 @@ def run_spec(task: str, spec: Dict[str, Any], method: str, overrides: Dict[str, 
 
 
 def result_path(out: Path, task: str, method: str, seed: int) -> Path:
-    return out / task / f"{method}_seed{seed}.json"
+    return cell_path(out, task, method, seed)
 
 
 def plan(tasks: Sequence[str], seeds: Sequence[int], methods: Sequence[str]
@@ -369,33 +374,16 @@ def plan(tasks: Sequence[str], seeds: Sequence[int], methods: Sequence[str]
 
 def _stored_mismatch(item: Tuple[str, int, str], stored: Dict[str, Any]) -> Optional[str]:
     task, _, method = item
-    if stored.get("overrides") != _json_roundtrip(METHODS[method]):
-        return f"stored overrides {stored.get('overrides')} differ from {METHODS[method]}"
-    if stored.get("env_id") != TASKS[task]["env_id"] or \
-            stored.get("env_config") != _json_roundtrip(TASKS[task]["env_config"]):
-        return (f"stored env {stored.get('env_id')} {stored.get('env_config')} differs from "
-                f"{TASKS[task]['env_id']} {TASKS[task]['env_config']}")
-    return None
+    return setting_mismatch(stored, METHODS[method], TASKS[task]["env_id"], TASKS[task]["env_config"])
 
 
 def run_all(args, out: Path, tasks, seeds, methods, steps: Dict[str, int]) -> None:
-    run_plan_with_ray(
-        plan(tasks, seeds, methods),
-        run_one=lambda item: run_one(item[0], item[2], item[1], steps[item[0]]),
-        torch_threads=args.torch_threads,
-        path_of=lambda item: result_path(out, item[0], item[2], item[1]),
-        target_of=lambda item: steps[item[0]],
-        label_of=lambda item: f"{item[0]} {item[2]} seed{item[1]}",
-        time_limit_min=args.time_limit_min,
-        stored_mismatch=_stored_mismatch,
-    )
+    run_grid(plan(tasks, seeds, methods), out,
+             run_cell=lambda item: run_one(item[0], item[2], item[1], steps[item[0]]),
+             steps_of=steps.__getitem__, args=args, stored_mismatch=_stored_mismatch)
 
 
 # ---------------------------------------------------------------------- aggregate
-
-
-def _ordered(keys, reference) -> List[str]:
-    return [k for k in reference if k in keys] + sorted(k for k in keys if k not in reference)
 
 
 def aggregate(out: Path) -> Dict[str, Any]:
@@ -404,9 +392,9 @@ def aggregate(out: Path) -> Dict[str, Any]:
         "command": command_line(), "out": str(out), "tasks": {},
         "diagnostics_definition": f"per run: mean over the last {DIAGNOSTICS_WINDOW} "
                                   "iterations (finite values only); then mean over seeds",
-        "machine": _machine_summary(runs),
+        "machine": machine_summary(runs),
     }
-    for task in _ordered(runs, TASKS):
+    for task in ordered(runs, TASKS):
         by_method = runs[task]
         task_summary: Dict[str, Any] = {
             "env_id": TASKS.get(task, {}).get("env_id"),
@@ -416,7 +404,7 @@ def aggregate(out: Path) -> Dict[str, Any]:
             "methods": {},
         }
         scores_by_method: Dict[str, Dict[int, float]] = {}
-        for method in _ordered(by_method, METHODS):
+        for method in ordered(by_method, METHODS):
             datas = {s: by_method[method][s] for s in sorted(by_method[method])
                      if by_method[method][s].get("final_score") is not None}
             if not datas:
@@ -469,32 +457,6 @@ def aggregate(out: Path) -> Dict[str, Any]:
     plot_curves(out, runs)
     plot_final_scores(out, summary)
     return summary
-
-
-def _machine_summary(runs) -> Dict[str, Any]:
-    datas = [d for by_method in runs.values() for by_seed in by_method.values()
-             for d in by_seed.values()]
-    if not datas:
-        return {}
-    loads = [d["machine"]["loadavg_at_start"][0] for d in datas
-             if d.get("machine", {}).get("loadavg_at_start")]
-    return {
-        "hosts": sorted({d["machine"]["host"] for d in datas if "machine" in d}),
-        "cpu_count": sorted({d["machine"]["cpu_count"] for d in datas if "machine" in d}),
-        "platform": sorted({d["machine"]["platform"] for d in datas if "machine" in d}),
-        "versions": sorted({f"ray {d['versions']['ray']}, torch {d['versions']['torch']}"
-                            for d in datas if "versions" in d}),
-        "torch_num_threads": sorted({d.get("torch_num_threads") for d in datas}),
-        "loadavg_1min_at_run_start": [min(loads), max(loads)] if loads else None,
-        "num_runs": len(datas),
-        "total_wall_s": float(sum(d["wall_s"] for d in datas)),
-        "first_finished": min(d["finished_at"] for d in datas),
-        "last_finished": max(d["finished_at"] for d in datas),
-    }
-
-
-def _fmt(value: Optional[float], digits: int = 2) -> str:
-    return "—" if value is None else f"{value:.{digits}f}"
 
 
 def summary_markdown(summary: Dict[str, Any], runs) -> str:
@@ -552,8 +514,8 @@ def summary_markdown(summary: Dict[str, Any], runs) -> str:
             if vs is None:
                 ratio = poi = diff = excl = "—"
             else:
-                ratio = _fmt(vs["iqm_ratio"])
-                poi = _fmt(vs["probability_of_improvement"])
+                ratio = fmt(vs["iqm_ratio"])
+                poi = fmt(vs["probability_of_improvement"])
                 pd = vs["paired_difference"]
                 if pd is None:
                     diff, excl = "—", "—"
@@ -581,8 +543,8 @@ def summary_markdown(summary: Dict[str, Any], runs) -> str:
     ]
     for task, task_summary in summary["tasks"].items():
         for method, s in task_summary["methods"].items():
-            diag = " | ".join(_fmt(s["diagnostics_last10"][k], 3) for k in DIAGNOSTICS)
-            lines.append(f"| {task} | {method} | {diag} | {_fmt(s['p_good_action_final'], 3)} "
+            diag = " | ".join(fmt(s["diagnostics_last10"][k], 3) for k in DIAGNOSTICS)
+            lines.append(f"| {task} | {method} | {diag} | {fmt(s['p_good_action_final'], 3)} "
                          f"| {s['num_skipped_updates']} |")
     lines += ["", "## Tasks", ""]
     for task, task_summary in summary["tasks"].items():
@@ -618,12 +580,12 @@ def _smooth(values: np.ndarray, window: int = SMOOTH_ITERATIONS) -> np.ndarray:
 
 def plot_curves(out: Path, runs) -> None:
     plt = matplotlib_pyplot()
-    for task in _ordered(runs, TASKS):
+    for task in ordered(runs, TASKS):
         probe = TASKS.get(task, {}).get("probe")
         panels = 2 if probe else 1
         fig, axes = plt.subplots(1, panels, figsize=(7 * panels, 4.6), squeeze=False)
         ax_ret = axes[0][0]
-        for method in _ordered(runs[task], METHODS):
+        for method in ordered(runs[task], METHODS):
             datas = [runs[task][method][s] for s in sorted(runs[task][method])]
             label = f"{method} ({len(datas)} seed{'s' if len(datas) != 1 else ''})"
             color = COLORS.get(method)
@@ -701,62 +663,31 @@ def plot_final_scores(out: Path, summary: Dict[str, Any]) -> None:
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = grid_parser(
+        __doc__.split("\n\n")[0],
         epilog="Reproduce: .venv/bin/python benchmarks/credit_modes.py (full); "
-               "add --quick for the smoke test.")
-    parser.add_argument("--quick", action="store_true",
-                        help=f"tasks {'/'.join(QUICK_TASKS)}, methods {'/'.join(QUICK_METHODS)}, "
-                             f"1 seed, {QUICK_STEPS} steps; writes to --out or a fresh temp "
-                             "dir, never to benchmarks/results")
-    parser.add_argument("--out", type=Path, default=None,
-                        help=f"results directory (default: {DEFAULT_OUT.relative_to(REPO)})")
-    parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=None,
-                        help="subset of tasks (default: all; --quick: bandit cartpole)")
-    parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=None,
-                        help="subset of methods (default: all; --quick: a2c hca)")
-    seeds = parser.add_mutually_exclusive_group()
-    seeds.add_argument("--seeds", nargs="+", type=int, default=None,
-                       help=f"explicit seeds (default: 0..{FULL_SEEDS - 1}; --quick: 0)")
-    seeds.add_argument("--num-seeds", type=int, default=None, help="seeds 0..N-1")
-    parser.add_argument("--steps", type=int, default=None,
-                        help="override every task's env-step budget (use another --out)")
-    parser.add_argument("--time-limit-min", type=float, default=None,
-                        help="do not start a new run after this many minutes (resume later)")
-    parser.add_argument("--report-only", action="store_true",
-                        help="only aggregate stored runs (summary.md/json, plots)")
-    parser.add_argument("--torch-threads", type=int, default=1,
-                        help="torch intra-op threads (default 1)")
-    args = parser.parse_args(argv)
-    if args.quick and args.out is None:
-        args.out = Path(tempfile.mkdtemp(prefix="credit_modes_quick_"))
-    if args.quick and inside(args.out, RESULTS_ROOT):
-        parser.error("--quick must not write into benchmarks/results")
-    if args.out is None:
-        args.out = DEFAULT_OUT
-    if args.num_seeds is not None and args.num_seeds < 1:
-        parser.error("--num-seeds must be >= 1")
-    if args.steps is not None and args.steps < 1:
-        parser.error("--steps must be >= 1")
-    return args
+               "add --quick for the smoke test.",
+        quick_help=f"tasks {'/'.join(QUICK_TASKS)}, methods {'/'.join(QUICK_METHODS)}, "
+                   f"1 seed, {QUICK_STEPS} steps; writes to --out or a fresh temp "
+                   "dir, never to benchmarks/results",
+        out_help=f"results directory (default: {DEFAULT_OUT.relative_to(REPO)})",
+        report_help="only aggregate stored runs (summary.md/json, plots)",
+        subset="tasks", subset_choices=TASKS, methods=METHODS, explicit_seeds=True,
+        subset_help="subset of tasks (default: all; --quick: bandit cartpole)",
+        methods_help="subset of methods (default: all; --quick: a2c hca)",
+        steps_help="override every task's env-step budget (use another --out)")
+    return check_grid_args(parser, parser.parse_args(argv), default_out=DEFAULT_OUT,
+                           results_root=RESULTS_ROOT, quick_prefix="credit_modes_quick_")
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
-    tasks = args.tasks or list(QUICK_TASKS if args.quick else TASKS)
-    methods = args.methods or list(QUICK_METHODS if args.quick else METHODS)
-    if args.seeds is not None:
-        seeds = list(dict.fromkeys(args.seeds))
-    elif args.num_seeds is not None:
-        seeds = list(range(args.num_seeds))
-    else:
-        seeds = [0] if args.quick else list(range(FULL_SEEDS))
+    tasks, methods, seeds = grid_selection(
+        args, subset="tasks", names=TASKS, quick_names=QUICK_TASKS, methods=METHODS,
+        quick_methods=QUICK_METHODS, full_seeds=FULL_SEEDS, quick_seeds=1)
     budget = args.steps or (QUICK_STEPS if args.quick else None)
     steps = {task: budget or TASKS[task]["steps"] for task in TASKS}
-    print(f"results: {out}", flush=True)
     if not args.report_only:
         run_all(args, out, tasks, seeds, methods, steps)
     summary = aggregate(out)

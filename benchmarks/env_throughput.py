@@ -118,59 +118,47 @@ class Bench:
         pass
 
 
-class RawALE(Bench):
+class SingleEnvBench(Bench):
+    """One gymnasium env stepped with uniform random actions, reset by hand."""
+
+    def __init__(self, key: str, label: str, env, seed: int) -> None:
+        self.key, self.num_envs, self.label, self.env = key, 1, label, env
+        self.env.reset(seed=seed)
+        self.n_actions = int(self.env.action_space.n)
+        self.rng = np.random.default_rng(seed)
+
+    def run(self, seconds):
+        env, rng, n_actions = self.env, self.rng, self.n_actions
+        steps, t0 = 0, time.perf_counter()
+        deadline = t0 + seconds
+        while True:
+            _, _, terminated, truncated, _ = env.step(int(rng.integers(n_actions)))
+            steps += 1
+            if terminated or truncated:
+                env.reset()
+            if time.perf_counter() >= deadline:
+                return steps, time.perf_counter() - t0
+
+    def close(self):
+        self.env.close()
+
+
+class RawALE(SingleEnvBench):
     def __init__(self, rom: str, seed: int) -> None:
         from ale_py.env import AtariEnv
 
-        self.key, self.num_envs = "raw_ale", 1
-        self.label = "raw ALE: ale_py AtariEnv, grayscale 210x160, frameskip 4, 1 env"
-        self.env = AtariEnv(game=rom, obs_type="grayscale", frameskip=FRAME_SKIP,
-                            repeat_action_probability=0.0)
-        self.env.reset(seed=seed)
-        self.n_actions = int(self.env.action_space.n)
-        self.rng = np.random.default_rng(seed)
-
-    def run(self, seconds):
-        env, rng, n_actions = self.env, self.rng, self.n_actions
-        steps, t0 = 0, time.perf_counter()
-        deadline = t0 + seconds
-        while True:
-            _, _, terminated, truncated, _ = env.step(int(rng.integers(n_actions)))
-            steps += 1
-            if terminated or truncated:
-                env.reset()
-            if time.perf_counter() >= deadline:
-                return steps, time.perf_counter() - t0
-
-    def close(self):
-        self.env.close()
+        super().__init__(
+            "raw_ale", "raw ALE: ale_py AtariEnv, grayscale 210x160, frameskip 4, 1 env",
+            AtariEnv(game=rom, obs_type="grayscale", frameskip=FRAME_SKIP,
+                     repeat_action_probability=0.0), seed)
 
 
-class PythonOne(Bench):
+class PythonOne(SingleEnvBench):
     def __init__(self, game: str, seed: int) -> None:
         from hca_rllib.envs.atari import make_atari
 
-        self.key, self.num_envs = "python_1", 1
-        self.label = "project Python pipeline (make_atari), 1 env"
-        self.env = make_atari(game, "classic")
-        self.env.reset(seed=seed)
-        self.n_actions = int(self.env.action_space.n)
-        self.rng = np.random.default_rng(seed)
-
-    def run(self, seconds):
-        env, rng, n_actions = self.env, self.rng, self.n_actions
-        steps, t0 = 0, time.perf_counter()
-        deadline = t0 + seconds
-        while True:
-            _, _, terminated, truncated, _ = env.step(int(rng.integers(n_actions)))
-            steps += 1
-            if terminated or truncated:
-                env.reset()
-            if time.perf_counter() >= deadline:
-                return steps, time.perf_counter() - t0
-
-    def close(self):
-        self.env.close()
+        super().__init__("python_1", "project Python pipeline (make_atari), 1 env",
+                         make_atari(game, "classic"), seed)
 
 
 class VectorBench(Bench):
@@ -680,12 +668,17 @@ def report_only(out: Path) -> int:
     for run in data.get("memory_flatness", []):  # derived figures, recomputed
         run["env_runner"] = growth(run["env_runner_rss_mib"])
         run["driver"] = growth(run["driver_rss_mib"])
+    write_results(out, data)
+    print(f"wrote {out / 'summary.md'}")
+    return 0
+
+
+def write_results(out: Path, data: Dict[str, Any]) -> None:
+    """`results.json` and the `summary.md` made from it, which is also printed."""
     write_json(out / "results.json", data)
     summary = summary_markdown(data)
     (out / "summary.md").write_text(summary)
     print(summary)
-    print(f"wrote {out / 'summary.md'}")
-    return 0
 
 
 def main(argv=None) -> int:
@@ -738,10 +731,7 @@ def main(argv=None) -> int:
         data["loadavg_at_end"] = [round(v, 2) for v in os.getloadavg()]
     except OSError:
         pass
-    write_json(out / "results.json", data)
-    summary = summary_markdown(data)
-    (out / "summary.md").write_text(summary)
-    print(summary)
+    write_results(out, data)
     print(f"wrote {out / 'results.json'} and {out / 'summary.md'} in {data['wall_s']:.0f} s")
     return 0
 

@@ -79,16 +79,21 @@ for _path in (str(REPO), str(BENCH_DIR)):
 
 from common import (  # noqa: E402
     check_grid_args,
+    cell_path,
     command_line,
+    fmt,
     grid_parser,
+    grid_selection,
     iqm_ci,
     load_runs,
-    machine_note,
+    machine_summary,
     matplotlib_pyplot,
     nan_mean,
     paired_difference,
     plot_mean_band,
-    run_plan_with_ray,
+    ordered,
+    run_grid,
+    setting_mismatch,
     smoothing_points,
     stack_curves,
     write_json,
@@ -202,7 +207,7 @@ def random_score(task: str, episodes: int = RANDOM_EPISODES, seed: int = 12345
 
 
 def result_path(out: Path, task: str, method: str, seed: int) -> Path:
-    return out / task / f"{method}_seed{seed}.json"
+    return cell_path(out, task, method, seed)
 
 
 def plan(tasks: Sequence[str], seeds: Sequence[int], methods: Sequence[str]
@@ -225,10 +230,9 @@ def shard(items: List[Tuple[str, int, str]], spec: Optional[str]) -> List[Tuple[
 
 def _stored_mismatch(item, stored) -> Optional[str]:
     task, _, method = item
-    if stored.get("overrides") != json.loads(json.dumps(METHODS[method])):
-        return f"stored overrides {stored.get('overrides')} differ from {METHODS[method]}"
-    if stored.get("env_id") != TASKS[task]["env_id"]:
-        return f"stored env {stored.get('env_id')} differs from {TASKS[task]['env_id']}"
+    reason = setting_mismatch(stored, METHODS[method], TASKS[task]["env_id"])
+    if reason:
+        return reason
     if TASKS[task].get("score") == "terminal_reward" and "final_return" not in stored:
         return "stored cell predates the terminal-reward score of this task"
     return None
@@ -239,23 +243,12 @@ def run_all(args, out: Path, tasks, seeds, methods, steps: Dict[str, int]) -> No
         path = out / task / "random.json"
         if TASKS[task].get("random") is None and not path.exists():
             write_json(path, random_score(task, 5 if args.quick else RANDOM_EPISODES))
-    run_plan_with_ray(
-        shard(plan(tasks, seeds, methods), args.shard),
-        run_one=lambda item: run_cell(item[0], item[2], item[1], steps[item[0]]),
-        torch_threads=args.torch_threads,
-        path_of=lambda item: result_path(out, item[0], item[2], item[1]),
-        target_of=lambda item: steps[item[0]],
-        label_of=lambda item: f"{item[0]} {item[2]} seed{item[1]}",
-        time_limit_min=args.time_limit_min,
-        stored_mismatch=_stored_mismatch,
-    )
+    run_grid(shard(plan(tasks, seeds, methods), args.shard), out,
+             run_cell=lambda item: run_cell(item[0], item[2], item[1], steps[item[0]]),
+             steps_of=steps.__getitem__, args=args, stored_mismatch=_stored_mismatch)
 
 
 # ---------------------------------------------------------------------- aggregate
-
-
-def _ordered(keys, reference) -> List[str]:
-    return [k for k in reference if k in keys] + sorted(k for k in keys if k not in reference)
 
 
 def normalisers(out: Path, runs) -> Dict[str, Dict[str, Any]]:
@@ -304,13 +297,13 @@ def aggregate(out: Path) -> Dict[str, Any]:
     summary: Dict[str, Any] = {"command": command_line(), "cell_commands": commands,
                                "out": str(out), "tasks": {},
                                "domains": {}, "normalisation": norms,
-                               "machine": _machine_summary(runs)}
-    for task in _ordered(runs, TASKS):
+                               "machine": machine_summary(runs)}
+    for task in ordered(runs, TASKS):
         by_method = runs[task]
         entry: Dict[str, Any] = {"env_id": TASKS.get(task, {}).get("env_id"),
                                  "domain": TASKS.get(task, {}).get("domain"), "methods": {}}
         finals_by_method: Dict[str, Dict[int, float]] = {}
-        for method in _ordered(by_method, METHODS):
+        for method in ordered(by_method, METHODS):
             datas = {s: d for s, d in sorted(by_method[method].items())
                      if d.get("final_score") is not None}
             if not datas:
@@ -349,9 +342,9 @@ def aggregate(out: Path) -> Dict[str, Any]:
 
 
 def _domain_aggregate(runs, norms, domain: str) -> Dict[str, Any]:
-    tasks = [t for t in _ordered(runs, TASKS) if TASKS.get(t, {}).get("domain") == domain
+    tasks = [t for t in ordered(runs, TASKS) if TASKS.get(t, {}).get("domain") == domain
              and norms[t]["usable"]]
-    methods = _ordered({m for t in tasks for m in runs[t]}, METHODS)
+    methods = ordered({m for t in tasks for m in runs[t]}, METHODS)
     methods = [m for m in methods if all(m in runs[t] for t in tasks)]
     if not tasks or not methods:
         return {"tasks": tasks, "methods": {}}
@@ -388,29 +381,6 @@ def _domain_aggregate(runs, norms, domain: str) -> Dict[str, Any]:
                 scores, matrix[BASELINE])
         result["methods"][method] = stats
     return result
-
-
-def _machine_summary(runs) -> Dict[str, Any]:
-    datas = [d for by_m in runs.values() for by_s in by_m.values() for d in by_s.values()]
-    if not datas:
-        return {}
-    loads = [d["machine"]["loadavg_at_start"][0] for d in datas
-             if d.get("machine", {}).get("loadavg_at_start")]
-    return {
-        "hosts": sorted({d["machine"]["host"] for d in datas}),
-        "cpu_count": sorted({d["machine"]["cpu_count"] for d in datas}),
-        "versions": sorted({f"ray {d['versions']['ray']}, torch {d['versions']['torch']}"
-                            for d in datas}),
-        "loadavg_1min_at_run_start": [min(loads), max(loads)] if loads else None,
-        "num_runs": len(datas),
-        "total_wall_s": float(sum(d["wall_s"] for d in datas)),
-        "first_finished": min(d["finished_at"] for d in datas),
-        "last_finished": max(d["finished_at"] for d in datas),
-    }
-
-
-def _fmt(value: Optional[float], digits: int = 2) -> str:
-    return "—" if value is None else f"{value:.{digits}f}"
 
 
 def _ci(low: float, high: float, digits: int = 2, sign: bool = False) -> str:
@@ -522,7 +492,7 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
                 f"| {domain} ({len(agg['tasks'])} tasks) | {method} | {len(agg['seeds'])} | "
                 f"{s['iqm']:.3f} {_ci(*s['iqm_ci'], 3)} | {diff_text} | "
                 f"{s['optimality_gap']:.3f} {_ci(*s['optimality_gap_ci'], 3)} | "
-                f"{_fmt(s.get('probability_of_improvement'))} |")
+                f"{fmt(s.get('probability_of_improvement'))} |")
     lines += ["", "## Per task (final score: mean return of the last 100 episodes; umbrella: mean "
               "terminal reward of the last 100 episodes)", "",
               "| task | method | seeds | IQM (95% CI) | paired diff vs a2c (95% CI) | "
@@ -540,10 +510,10 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
             mi = s["diagnostics_last10"].get("info/mutual_information")
             lines.append(f"| {task} | {method} | {len(s['seeds'])} | {s['iqm']:.2f} "
                          f"{_ci(s['ci_low'], s['ci_high'])} | {diff_text} | {verdict} | "
-                         f"{_fmt(mi, 4)} | {s['mean_env_steps_per_s']:.0f} |")
+                         f"{fmt(mi, 4)} | {s['mean_env_steps_per_s']:.0f} |")
     lines += ["", "Normalisation per task:", ""]
     for task, n in summary["normalisation"].items():
-        lines.append(f"- {task}: random {_fmt(n['random'])}, reference {_fmt(n['reference'])} "
+        lines.append(f"- {task}: random {fmt(n['random'])}, reference {fmt(n['reference'])} "
                      f"({n['reference_source']})")
     lines += ["", "Per-seed final scores:", ""]
     for task, entry in summary["tasks"].items():
@@ -558,7 +528,7 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
 def plot_curves(out: Path, runs) -> None:
     plt = matplotlib_pyplot()
     for domain in DOMAINS:
-        tasks = [t for t in _ordered(runs, TASKS) if TASKS.get(t, {}).get("domain") == domain]
+        tasks = [t for t in ordered(runs, TASKS) if TASKS.get(t, {}).get("domain") == domain]
         if not tasks:
             continue
         ncols = min(3, len(tasks))
@@ -567,7 +537,7 @@ def plot_curves(out: Path, runs) -> None:
         for ax in list(axes.flat)[len(tasks):]:
             ax.set_visible(False)
         for ax, task in zip(axes.flat, tasks):
-            for method in _ordered(runs[task], METHODS):
+            for method in ordered(runs[task], METHODS):
                 datas = [runs[task][method][s] for s in sorted(runs[task][method])]
                 steps, values = stack_curves(datas, "return_mean_iteration")
                 plot_mean_band(ax, steps, _smooth(values, smoothing_points(20, datas)),
@@ -669,13 +639,11 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
-    tasks = args.tasks or list(QUICK_TASKS if args.quick else TASKS)
-    methods = args.methods or list(QUICK_METHODS if args.quick else DEFAULT_METHODS)
-    seeds = list(range(args.num_seeds or (2 if args.quick else FULL_SEEDS)))
+    tasks, methods, seeds = grid_selection(
+        args, subset="tasks", names=TASKS, quick_names=QUICK_TASKS, methods=DEFAULT_METHODS,
+        quick_methods=QUICK_METHODS, full_seeds=FULL_SEEDS, quick_seeds=2)
     budget = args.steps or (QUICK_STEPS if args.quick else None)
     steps = {task: budget or TASKS[task]["steps"] for task in TASKS}
-    print(f"results: {out}", flush=True)
     if not args.report_only:
         run_all(args, out, tasks, seeds, methods, steps)
     summary = aggregate(out)

@@ -15,7 +15,14 @@ import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "benchmarks" / "a2c_parity.py"
+
+
+def _run_script(name: str, *args, timeout: int = 400) -> subprocess.CompletedProcess:
+    """`benchmarks/<name> <args>` from the repository root; it must exit 0."""
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / name), *map(str, args)],
+                          cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return proc
 
 
 def _load_raw(path):
@@ -32,11 +39,7 @@ def _finite(value) -> bool:
 def test_a2c_parity_quick(tmp_path):
     pytest.importorskip("stable_baselines3")
     pytest.importorskip("matplotlib")
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--out", str(tmp_path)],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    _run_script("a2c_parity.py", "--quick", "--out", tmp_path, timeout=300)
 
     for library in ("sb3", "ours"):
         for seed in (0, 1):
@@ -79,7 +82,6 @@ def test_a2c_parity_quick(tmp_path):
     assert (tmp_path / "curves.png").stat().st_size > 0
 
 
-CREDIT_MODES_SCRIPT = REPO / "benchmarks" / "credit_modes.py"
 
 
 @pytest.mark.benchmark
@@ -87,11 +89,7 @@ def test_credit_modes_quick(tmp_path):
     """`benchmarks/credit_modes.py --quick`: bandit and CartPole, a2c and hca, seed 0,
     5k env steps per run; every run file and the summary must hold finite numbers."""
     pytest.importorskip("matplotlib")
-    proc = subprocess.run(
-        [sys.executable, str(CREDIT_MODES_SCRIPT), "--quick", "--out", str(tmp_path)],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    _run_script("credit_modes.py", "--quick", "--out", tmp_path, timeout=300)
 
     for task, last_k in (("bandit", 100), ("cartpole", 20)):
         for method in ("a2c", "hca"):
@@ -150,11 +148,7 @@ def test_credit_modes_quick(tmp_path):
 
 @pytest.mark.benchmark
 def test_env_throughput_quick(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "env_throughput.py"), "--quick", "--out", str(tmp_path)],
-        cwd=REPO, capture_output=True, text=True, timeout=400,
-    )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    _run_script("env_throughput.py", "--quick", "--out", tmp_path)
     assert (tmp_path / "summary.md").is_file()
     data = json.loads((tmp_path / "results.json").read_text())
     text = json.dumps(data)
@@ -167,11 +161,7 @@ def test_throughput_quick(tmp_path):
     memory of a remote EnvRunner, the sampling profile and the cluster projection."""
     pytest.importorskip("stable_baselines3")
     pytest.importorskip("psutil")
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "throughput.py"), "--quick", "--out", str(tmp_path)],
-        cwd=REPO, capture_output=True, text=True, timeout=400,
-    )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    _run_script("throughput.py", "--quick", "--out", tmp_path)
     data = json.loads((tmp_path / "results.json").read_text())
     quick_methods = {"minatar": ("a2c", "hca", "ppo_1epoch", "sb3_a2c", "a2c_runners1"),
                      "atari": ("a2c", "hca", "ppo_1epoch", "sb3_a2c")}
@@ -324,10 +314,7 @@ def test_learning_quick(tmp_path):
     2 seeds, 3k steps; cell files, resume (a second call makes no run), the summary's
     aggregates and targets."""
     pytest.importorskip("matplotlib")
-    script = str(BENCHMARKS / "learning.py")
-    proc = subprocess.run([sys.executable, script, "--quick", "--out", str(tmp_path)],
-                          cwd=REPO, capture_output=True, text=True, timeout=400)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    _run_script("learning.py", "--quick", "--out", tmp_path)
     # MinAtar's random score is measured; umbrella's is known exactly (0)
     assert json.loads((tmp_path / "minatar_Breakout" / "random.json").read_text())["episodes"] == 5
     assert not (tmp_path / "umbrella_length_10" / "random.json").exists()
@@ -346,9 +333,8 @@ def test_learning_quick(tmp_path):
                     assert run["final_score"] == pytest.approx(sum(last[-100:]) / 100)
                 else:
                     assert run["final_score"] == run["final_return"]
-    again = subprocess.run([sys.executable, script, "--quick", "--out", str(tmp_path)],
-                           cwd=REPO, capture_output=True, text=True, timeout=400)
-    assert again.returncode == 0 and again.stdout.count("(stored)") == 8, again.stdout[-2000:]
+    again = _run_script("learning.py", "--quick", "--out", tmp_path)
+    assert again.stdout.count("(stored)") == 8, again.stdout[-2000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
     for domain in ("bsuite", "MinAtar"):
         agg = summary["domains"][domain]
@@ -368,10 +354,7 @@ def test_learning_quick(tmp_path):
 @pytest.mark.benchmark
 def test_credit_analysis_quick(tmp_path):
     pytest.importorskip("matplotlib")
-    proc = subprocess.run([sys.executable, str(BENCHMARKS / "credit_analysis.py"), "--quick",
-                           "--out", str(tmp_path)],
-                          cwd=REPO, capture_output=True, text=True, timeout=400)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    _run_script("credit_analysis.py", "--quick", "--out", tmp_path)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert set(summary["settings"]) == {"delayed_effect_L3_sd1", "key_to_door_L5_sd1"}
     for name, entry in summary["settings"].items():
