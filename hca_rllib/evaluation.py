@@ -1,15 +1,16 @@
 """`hca-rllib evaluate`: play a checkpoint's policy and report the full-game return.
 
 The policy sees exactly what it saw in training: the environment from the resolver with
-the run's `env_config`, and frames stacked as RLlib's connector stacks them (zeros before
-the first frame of an episode). In the classic Atari protocol an episode ends with each
-life; a *game* ends when the environment reports `game_return`, which is what is scored
-here (unclipped, all lives). No Ray cluster is needed.
+the run's `env_config`, and its input batch made by the run's own env-to-module connector
+pipeline, the one training's EnvRunners use (frames stacked by RLlib's
+`FrameStackingEnvToModule`, zeros before the first frame of an episode). In the classic
+Atari protocol an episode ends with each life; a *game* ends when the environment reports
+`game_return`, which is what is scored here (unclipped, all lives). No Ray cluster is
+needed.
 """
 
 from __future__ import annotations
 
-import collections
 import json
 import pickle
 from pathlib import Path
@@ -49,23 +50,45 @@ def _config_of(checkpoint: Path) -> Dict[str, Any]:
     return ctor["ctor_args_and_kwargs"][0][0]
 
 
-class FrameStack:
-    """The last `k` frames along the last axis, zeros before the episode's first frame
-    (what RLlib's FrameStackingEnvToModule gives the module)."""
+class TrainingInputs:
+    """The module's input batch, made as in training: by the run's own env-to-module
+    connector pipeline (`config.build_env_to_module_connector`, the one every EnvRunner
+    builds: RLlib's `FrameStackingEnvToModule` when frames are stacked, then RLlib's
+    default pieces), fed with an RLlib episode as an EnvRunner feeds it. So there is one
+    frame stacking (zeros before an episode's first frame), RLlib's, for both."""
 
-    def __init__(self, k: int):
-        self.k = k
-        self.frames = collections.deque(maxlen=k)
+    # Long games are cut into chunks (keeping the lookback the stack needs), as an
+    # EnvRunner cuts its episodes, so that memory stays bounded.
+    CHUNK = 1000
 
-    def reset(self, frame: np.ndarray) -> np.ndarray:
-        self.frames.clear()
-        for _ in range(self.k - 1):
-            self.frames.append(np.zeros_like(frame))
-        return self.push(frame)
+    def __init__(self, config_state: Dict[str, Any], env, module):
+        from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 
-    def push(self, frame: np.ndarray) -> np.ndarray:
-        self.frames.append(frame)
-        return np.concatenate(list(self.frames), axis=-1) if self.k > 1 else frame
+        config = AlgorithmConfig.from_state(dict(config_state))
+        self.pipeline = config.build_env_to_module_connector(env=env)
+        self.lookback = config.episode_lookback_horizon
+        self.module = module
+        self.spaces = (env.observation_space, env.action_space)
+        self.episode = None
+
+    def reset(self, observation, infos) -> Dict[str, Any]:
+        """A new episode starts with `observation`: the module's input for it."""
+        from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+
+        self.episode = SingleAgentEpisode(observation_space=self.spaces[0], action_space=self.spaces[1])
+        self.episode.add_env_reset(observation=observation, infos=infos)
+        return self._batch()
+
+    def step(self, observation, action, reward, infos) -> Dict[str, Any]:
+        """The episode goes on to `observation` (not terminal): the module's input."""
+        self.episode.add_env_step(observation=observation, action=action, reward=reward, infos=infos)
+        if len(self.episode) >= self.CHUNK:
+            self.episode = self.episode.cut(len_lookback_buffer=self.lookback)
+        return self._batch()
+
+    def _batch(self) -> Dict[str, Any]:
+        return self.pipeline(rl_module=self.module, batch={}, episodes=[self.episode],
+                             explore=False, shared_data={})
 
 
 def _write_video(frames, path: Path, fps: int) -> None:
@@ -125,18 +148,18 @@ def evaluate_checkpoint(
         if video:
             raise CheckpointError(f"environment {env_id!r} cannot render, so no video ({error})") from None
         raise
-    stack = FrameStack(info.frame_stack if info is not None else 1)
+    inputs = TrainingInputs(config, env, module)
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
     lives_episodes = info is not None and info.family.name == "atari"
 
     returns, frames, episode_return = [], [], 0.0
-    obs, _ = env.reset(seed=seed)
-    obs = stack.reset(obs)
+    obs, reset_info = env.reset(seed=seed)
+    batch = inputs.reset(obs, reset_info)
     recording = video is not None
     while len(returns) < episodes:
         with torch.no_grad():
-            out = module.forward_inference({Columns.OBS: torch.as_tensor(obs[None])})
+            out = module.forward_inference(batch)
         logits = out[Columns.ACTION_DIST_INPUTS][0].double().numpy()
         if greedy:
             action = int(np.argmax(logits))
@@ -159,10 +182,10 @@ def evaluate_checkpoint(
             recording, frames = False, []
         if terminated or truncated:
             episode_return = 0.0
-            obs, _ = env.reset()
-            obs = stack.reset(obs)
+            obs, reset_info = env.reset()
+            batch = inputs.reset(obs, reset_info)
         else:
-            obs = stack.push(obs)
+            batch = inputs.step(obs, action, reward, step_info)
     env.close()
 
     values = np.array(returns)

@@ -133,3 +133,53 @@ def test_non_finite_reward_leaves_running_statistics_untouched():
     for key, value in module.return_encoder.state_dict().items():
         assert torch.equal(value, state[key]), key
     assert torch.equal(module.reliability, reliability)
+
+
+# --------------------------------------------------------------------------------------
+# Evaluation feeds the module through training's env-to-module pipeline (one frame stacking).
+# --------------------------------------------------------------------------------------
+
+
+def test_evaluation_inputs_are_training_frame_stacks_across_episodes_and_cuts():
+    import user_envs  # noqa: F401  (registers CounterFrames-v0: frame t holds t + 1)
+    from ray.rllib.connectors.env_to_module.frame_stacking import FrameStackingEnvToModule
+
+    from hca_rllib.evaluation import TrainingInputs
+
+    config = (
+        HCAConfig()
+        .environment("CounterFrames-v0", env_config={"episode_length": 7}, frame_stack=4)
+        .rl_module(model_config={"conv_filters": [[4, 8, 8, "valid"]], "conv_dense_hiddens": [8]})
+    )
+    config.validate()
+    env = gym.make("CounterFrames-v0", episode_length=7)
+    # The module as an EnvRunner builds it: on the pipeline's (stacked) observation space.
+    stacked = config.build_env_to_module_connector(env=env).observation_space
+    assert stacked.shape == (84, 84, 4)
+    module = config.get_rl_module_spec(spaces={MID: (stacked, env.action_space)},
+                                       inference_only=True).build()
+    inputs = TrainingInputs(config.get_state(), env, module)
+    # The one pipeline: RLlib's frame stacking connector, as the EnvRunners build it.
+    assert any(isinstance(piece, FrameStackingEnvToModule.func) for piece in inputs.pipeline.connectors)
+    inputs.CHUNK = 3  # cut the episode often: the stack reaches into the lookback buffer
+
+    def stack(batch):
+        obs = batch[Columns.OBS]
+        assert isinstance(obs, torch.Tensor) and obs.shape == (1, 84, 84, 4) and obs.dtype == torch.uint8
+        with torch.no_grad():  # the batch is the module's input as it stands
+            assert module.forward_inference(batch)[Columns.ACTION_DIST_INPUTS].shape == (1, 2)
+        return obs[0, 0, 0].tolist()
+
+    seen = []
+    for episode in range(2):
+        obs, info = env.reset(seed=episode)
+        seen.append(stack(inputs.reset(obs, info)))
+        done = False
+        while not done:
+            obs, reward, terminated, truncated, info = env.step(0)
+            done = terminated or truncated
+            if not done:
+                seen.append(stack(inputs.step(obs, 0, reward, info)))
+    # Zeros before an episode's first frame, the last four frames in order, per episode.
+    expected = [[max(c - 3 + k, 0) for k in range(4)] for c in range(1, 8)]
+    assert seen == expected + expected
