@@ -100,6 +100,7 @@ from common import (  # noqa: E402
 )
 from credit_modes import DIAGNOSTICS, _smooth, run_spec  # noqa: E402
 
+from hca_rllib.credit import CREDIT_MODES  # noqa: E402
 from hca_rllib.stats import (  # noqa: E402
     average_probability_of_improvement,
     iqm,
@@ -125,7 +126,7 @@ METHODS: Dict[str, Dict[str, Any]] = {
     "mix": {"credit": "mix"},
     "hca_pure": {"credit": "hca", "reliability_z": None},
 }
-DEFAULT_METHODS = ("a2c", "hca", "c2a2c", "mix")
+DEFAULT_METHODS = CREDIT_MODES
 COLORS = {"a2c": "black", "hca": "tab:blue", "c2a2c": "tab:orange", "mix": "tab:purple",
           "hca_pure": "tab:cyan"}
 

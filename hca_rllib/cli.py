@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List
 
-ALGORITHMS = ("HCA", "A2C")
+from hca_rllib.hca import ALGORITHMS
 
 
 class UsageError(Exception):
@@ -93,22 +93,13 @@ TRAIN_ARGS = ("algo", "credit", "env", "seed", "num_env_runners", "num_envs_per_
 
 
 def train(args: argparse.Namespace) -> int:
-    from hca_rllib.runner import run_training, stored_run_settings
+    from hca_rllib.runner import restore_run_args, run_training
 
     output = args.output  # absolute (path_argument)
     try:
-        stored = stored_run_settings(output, args.resume, TRAIN_ARGS, "hca-rllib train")
+        restore_run_args(args, output, TRAIN_ARGS, "hca-rllib train", default_stop_timesteps=100_000)
     except ValueError as error:
         raise UsageError(str(error)) from None
-    stop = stored.pop("stop_timesteps", None)
-    for key, value in stored.items():  # the run's own settings; only the budget may change
-        setattr(args, key, value)
-    if args.stop_timesteps is None:
-        args.stop_timesteps = stop
-    if args.stop_timesteps is None:
-        args.stop_timesteps = 100_000
-    if args.stop_timesteps <= 0:
-        raise UsageError(f"--stop-timesteps must be > 0, got {args.stop_timesteps}")
     if args.resume:  # a damaged results.jsonl is found before Ray starts, not after
         from hca_rllib.runner import read_results
 

@@ -458,6 +458,21 @@ def stored_run_settings(run_dir: Path, resume: bool, keys, made_by: str) -> Dict
     return {**{key: stored[key] for key in keys}, "stop_timesteps": data.get("stop_timesteps")}
 
 
+def restore_run_args(args, run_dir: Path, keys, made_by: str, default_stop_timesteps: int) -> None:
+    """Set on `args` (an argparse namespace with `resume` and `stop_timesteps`) the settings
+    a start in `run_dir` must reuse (`stored_run_settings`), and the budget: the command
+    line's `stop_timesteps`, else the run's, else `default_stop_timesteps`. One function
+    for the CLI and the tuned examples. Raises ValueError with a one-line reason."""
+    stored = stored_run_settings(run_dir, args.resume, keys, made_by)
+    stop = stored.pop("stop_timesteps", None)
+    for key, value in stored.items():  # the run's own settings; only the budget may change
+        setattr(args, key, value)
+    if args.stop_timesteps is None:
+        args.stop_timesteps = default_stop_timesteps if stop is None else stop
+    if args.stop_timesteps <= 0:
+        raise ValueError(f"--stop-timesteps must be > 0, got {args.stop_timesteps}")
+
+
 
 def init_ray(address: Optional[str] = None) -> None:
     """Connect to `address` (or RAY_ADDRESS); else start an embedded Ray bound to loopback,

@@ -151,7 +151,7 @@ def main(make_config: Callable[..., Any], *, budget: int, expected: Dict[str, An
          default_output: str, argv=None, description: str = "") -> Dict[str, Any]:
     """Parse the command line, build `make_config(algo, credit, num_env_runners=...)`,
     seed it and train it with `hca_rllib.runner.run_training`; returns the last results line."""
-    from hca_rllib.runner import run_training, stored_run_settings
+    from hca_rllib.runner import restore_run_args, run_training
 
     parser = make_parser(budget, default_output, description)
     args = parser.parse_args(argv)
@@ -160,18 +160,9 @@ def main(make_config: Callable[..., Any], *, budget: int, expected: Dict[str, An
         args.output = f"{default_output}_{args.algo.lower()}_{credit}_seed{args.seed}"
     output = Path(args.output)
     try:
-        stored = stored_run_settings(output, args.resume, RUN_ARGS, f"python {sys.argv[0]}")
+        restore_run_args(args, output, RUN_ARGS, f"python {sys.argv[0]}", default_stop_timesteps=budget)
     except ValueError as error:
         parser.error(str(error))
-    stop = stored.pop("stop_timesteps", None)
-    for key, value in stored.items():  # the run's own settings; only the budget may change
-        setattr(args, key, value)
-    if args.stop_timesteps is None:
-        args.stop_timesteps = stop
-    if args.stop_timesteps is None:
-        args.stop_timesteps = budget
-    if args.stop_timesteps <= 0:
-        parser.error(f"--stop-timesteps must be > 0, got {args.stop_timesteps}")
     try:
         config = make_config(args.algo, args.credit, num_env_runners=args.num_env_runners)
         config.debugging(seed=args.seed)
