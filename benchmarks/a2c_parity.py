@@ -43,8 +43,9 @@ Reproduce (from the repository root):
                                                          # 5k steps, temp dir (or --out)
     .venv/bin/python benchmarks/a2c_parity.py --report-only   # re-aggregate stored runs
 
-Needs the `bench` extra: `.venv/bin/pip install stable-baselines3==2.9.2 rliable
-matplotlib minatar` (keep torch at 2.13.0). The episode recorder, statistics, run store
+Needs the `bench` extra: `.venv/bin/pip install -e '.[bench]'` (stable-baselines3 2.9.2,
+matplotlib, the environments; keep torch at 2.13.0). rliable, which the statistics
+come from, is a core dependency. The episode recorder, statistics, run store
 and plotting helpers live in `benchmarks/common.py` (shared with `credit_modes.py`).
 """
 

@@ -4,9 +4,9 @@
 * Recording: `window_mean`, and `EpisodeLog` (from `hca_rllib.callbacks`): the exact
   return and length of every completed episode on the local EnvRunner, recorded by the
   package's one episode-end callback (all chunks of an episode summed).
-* Statistics, re-exported from `hca_rllib.stats`: `iqm`, `iqm_ci` (IQM over seeds and
-  its 95% stratified bootstrap CI), `bootstrap_ci` (any statistic, percentile bootstrap
-  over seeds), `probability_of_improvement`, `paired_difference`.
+* Statistics, re-exported from `hca_rllib.stats` (which calls rliable): `iqm`, `iqm_ci`
+  (IQM over seeds and its 95% stratified bootstrap CI), `bootstrap_ci` (any statistic,
+  percentile bootstrap over seeds), `probability_of_improvement`, `paired_difference`.
 * Run store and control: one compact JSON record per finished run (`compact_record`,
   `store_run`; the full record with every episode goes beside it, gzipped and ignored by
   git, `load_raw`), `run_plan` (skips runs already stored, refuses to mix stored runs of
@@ -39,8 +39,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-# The statistics live in the package (pure numpy); re-exported here under their old
-# names for the benchmark scripts.
+# The statistics live in the package (hca_rllib.stats, which calls rliable); re-exported
+# here under their old names for the benchmark scripts.
 from hca_rllib.stats import (  # noqa: E402,F401
     BOOTSTRAP_REPS,
     BOOTSTRAP_SEED,

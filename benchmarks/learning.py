@@ -40,9 +40,9 @@ the credit target because it picks the best of three modes), and the probability
 improvement over a2c averaged over the tasks, over the seeds complete for every method.
 Per task: IQM of the final score with its CI and the paired per-seed difference to a2c
 with its CI; "significantly worse" = that CI lies below 0. Targets are decided only
-once every task has 5 complete seeds. `rliable` itself does not import beside pandas 3
-(its `arch` dependency fails); `hca_rllib.stats` implements the same estimators in numpy
-(`tests/test_report.py` checks them by hand and by brute force).
+once every task has 5 complete seeds. The estimators and the bootstrap are rliable's,
+called through `hca_rllib.stats` (`tests/test_stats.py` checks them against rliable and
+closed forms).
 
 Order: seed > task > method, so an interrupted grid leaves every task with the same
 number of seeds and each (task, seed)'s methods are run back to back by one process
