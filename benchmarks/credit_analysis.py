@@ -12,7 +12,7 @@ with every method on the same seeds, budget and machine:
     apple_noise_std 1, and apple_noise_std 0, 3, 6 at distractor_length 20.
 
 Methods: `a2c` (classifier trained for the diagnostics only), `hca`, `hca_pure`
-(`reliability_z=None`: no fallback toward A2C), `c2a2c` and `mix`; package defaults
+(`trust=None`: no fallback toward A2C), `c2a2c` and `mix`; package defaults
 otherwise (8 envs x 64-step rollouts, one update per iteration), 30k env steps per run,
 seeds 0..4.
 
@@ -96,7 +96,7 @@ QUICK_STEPS = 3_000
 METHODS: Dict[str, Dict[str, Any]] = {
     "a2c": {"credit": "a2c", "hindsight_loss_coeff": 1.0},
     "hca": {"credit": "hca"},
-    "hca_pure": {"credit": "hca", "reliability_z": None},
+    "hca_pure": {"credit": "hca", "trust": None},
     "c2a2c": {"credit": "c2a2c"},
     "mix": {"credit": "mix"},
 }
@@ -267,7 +267,7 @@ def aggregate(out: Path) -> Dict[str, Any]:
             values = list(p.values())
             mean, low, high = bootstrap_ci(values)
             diag = {key: nan_mean(d["diagnostics_last10"].get(key) for d in datas.values())
-                    for key in ("info/mutual_information", "credit/reliability")}
+                    for key in ("info/mutual_information", "credit/trust")}
             peak = nan_mean(d["diagnostics_peak5"].get("info/mutual_information")
                             for d in datas.values())
             entry["methods"][method] = {
@@ -276,7 +276,7 @@ def aggregate(out: Path) -> Dict[str, Any]:
                 "final_return_mean": nan_mean(d.get("final_score") for d in datas.values()),
                 "mutual_information_last10": diag["info/mutual_information"],
                 "mutual_information_peak": peak,
-                "reliability_last10": diag["credit/reliability"],
+                "trust_last10": diag["credit/trust"],
             }
         for method, stats in entry["methods"].items():
             stats["vs_a2c"] = (None if method == BASELINE or BASELINE not in p_by_method else
@@ -375,7 +375,7 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
             cells.append(text + f" (n={len(s['seeds'])})")
         mi = methods.get(BASELINE, {}).get("mutual_information_last10")
         mi_peak = methods.get(BASELINE, {}).get("mutual_information_peak")
-        w = methods.get("hca", {}).get("reliability_last10")
+        w = methods.get("hca", {}).get("trust_last10")
         lines.append(f"| {name} | {info['information']:.3f} | "
                      f"{info['fragment_visible_fraction']:.2f} | {fmt(mi_peak, 4)} / "
                      f"{fmt(mi, 4)} | {fmt(w)} | "

@@ -8,8 +8,8 @@ Methods (name -> `HCAConfig().training(...)` overrides on the package defaults):
   * c2a2c       credit="c2a2c" (default: soft gate)
   * c2a2c_hard  credit="c2a2c", c2a2c_soft=False
   * mix         credit="mix"
-  * hca_pure    credit="hca", reliability_z=None (no fallback toward A2C)
-  * c2a2c_pure  credit="c2a2c", reliability_z=None
+  * hca_pure    credit="hca", trust=None (no fallback toward A2C)
+  * c2a2c_pure  credit="c2a2c", trust=None
 
 Tasks (name -> env id, env_config, env-step budget, final-score window):
   * bandit            HCA/AmbiguousBandit-v0, defaults,                  30k, last 100 episodes
@@ -30,7 +30,7 @@ Final score of a run: mean undiscounted return of its last 100 (known-answer tas
 `RLlibCallback.on_episode_end` that sums all chunks of an episode (`hca_rllib/callbacks.py`). The
 learning curve has one point per iteration: env steps so far and the mean return of the
 episodes completed in that iteration (None if none completed). Per iteration the run
-also stores the learner diagnostics (`info/mutual_information`, `credit/reliability`,
+also stores the learner diagnostics (`info/mutual_information`, `credit/trust`,
 `c2a2c/mask_fraction`, `hca/clip_fraction`, `hca/advantage_correlation`; None where a
 mode does not log one) and, on the known-answer tasks, the learned policy's probability
 of the optimal first action (bandit: a; delayed_effect: the good first action 0;
@@ -125,8 +125,8 @@ METHODS: Dict[str, Dict[str, Any]] = {
     "c2a2c": {"credit": "c2a2c"},
     "c2a2c_hard": {"credit": "c2a2c", "c2a2c_soft": False},
     "mix": {"credit": "mix"},
-    "hca_pure": {"credit": "hca", "reliability_z": None},
-    "c2a2c_pure": {"credit": "c2a2c", "reliability_z": None},
+    "hca_pure": {"credit": "hca", "trust": None},
+    "c2a2c_pure": {"credit": "c2a2c", "trust": None},
 }
 
 def _delayed_effect_task(length: int, noise_std: float, noise_note: str) -> Dict[str, Any]:
@@ -169,7 +169,7 @@ TASKS: Dict[str, Dict[str, Any]] = {
 
 DIAGNOSTICS = (
     "info/mutual_information",
-    "credit/reliability",
+    "credit/trust",
     "c2a2c/mask_fraction",
     "hca/clip_fraction",
     "hca/advantage_correlation",
@@ -179,7 +179,7 @@ DIAGNOSTIC_LINE_KEYS = {path[-1]: name for name, path in RESULT_KEYS.items()
                         if path[-1] in DIAGNOSTICS}
 DIAGNOSTIC_LABELS = {
     "info/mutual_information": "MI (nats)",
-    "credit/reliability": "reliability w",
+    "credit/trust": "trust w",
     "c2a2c/mask_fraction": "mask fraction",
     "hca/clip_fraction": "clip fraction",
     "hca/advantage_correlation": "corr(A, A_GAE)",

@@ -6,7 +6,7 @@ Methods (name -> `.training(...)` overrides, as in `credit_modes.py`):
   * hca    credit="hca"
   * c2a2c  credit="c2a2c" (soft gate, the default)
   * mix    credit="mix"
-  * hca_pure  credit="hca", reliability_z=None (not in the default grid: `--methods`)
+  * hca_pure  credit="hca", trust=None (not in the default grid: `--methods`)
 
 Tasks (name -> env id, env-step budget; `TASKS` below):
   * MinAtar, all five games (`minatar/<Game>`): `tuned_examples/common.minatar_config`
@@ -124,7 +124,7 @@ METHODS: Dict[str, Dict[str, Any]] = {
     "hca": {"credit": "hca"},
     "c2a2c": {"credit": "c2a2c"},
     "mix": {"credit": "mix"},
-    "hca_pure": {"credit": "hca", "reliability_z": None},
+    "hca_pure": {"credit": "hca", "trust": None},
 }
 DEFAULT_METHODS = CREDIT_MODES
 COLORS = {"a2c": "black", "hca": "tab:blue", "c2a2c": "tab:orange", "mix": "tab:purple",

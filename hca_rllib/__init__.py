@@ -5,10 +5,10 @@ RLlib's algorithm registry, and the known-answer environments with gymnasium.
 """
 
 from hca_rllib import envs  # noqa: F401  (registers the known-answer envs)
-from hca_rllib.hca import ALGORITHMS, A2C, HCA, A2CConfig, HCAConfig
+from hca_rllib.hca import ALGORITHMS, A2C, HCA, A2CConfig, HCAConfig, training_module
 from hca_rllib.module import HCATorchRLModule
 
-__all__ = ["A2C", "A2CConfig", "HCA", "HCAConfig", "HCATorchRLModule"]
+__all__ = ["A2C", "A2CConfig", "HCA", "HCAConfig", "HCATorchRLModule", "training_module"]
 __version__ = "0.1.0"
 
 

@@ -1,19 +1,25 @@
-"""Learner connector piece that puts returns, value targets and the credit advantage
-into the train batch.
+"""The credit path as learner-connector pieces, after RLlib's `AddOneTsToEpisodesAndTruncate`
+(one artificial step per episode chunk, carrying the bootstrap observation, masked out by
+`LOSS_MASK`), like RLlib's `GeneralAdvantageEstimation`:
 
-It runs after RLlib's `AddOneTsToEpisodesAndTruncate` (one artificial step per episode
-chunk, carrying the bootstrap observation, masked out by `LOSS_MASK`), like RLlib's
-`GeneralAdvantageEstimation`, but does not normalise advantages unless asked.
+1. `ComputeReturnsAndAdvantages`: the policy and value forward pass (no gradient), the
+   returns `Z`, GAE and the value targets.
+2. `ComputeHindsightLogProbs`: the classifier `q(a|s,Z)` and its held-out diagnostics.
+3. `ComputeCreditWeights`: the trust in the classifier and the per-action policy-gradient
+   weights `W[t, a]` of the credit mode (`credit.credit_weights`).
+4. `NormalizeCreditWeights` (only with `normalize_advantages`).
 
-The classifier `q(a|s,Z)` is evaluated here, without gradient, on a batch it has
-never trained on. Its diagnostics, the mutual-information estimate among them, are
-therefore held-out by construction: the Learner trains the classifier on this batch
-only after this piece has measured it.
+The pieces of one pipeline call share one `CreditState` per module, under
+`shared_data[CREDIT_STATE]`. The classifier is evaluated, without gradient, on a batch it
+has never trained on: its diagnostics and the trust built on them are held-out by
+construction (the Learner trains the classifier on this batch only after these pieces).
+The maths is in `hca_rllib.credit`; the pieces only route tensors and reduce over learners.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+import dataclasses
+from typing import Any, Dict, List, Optional
 
 import torch
 
@@ -24,7 +30,10 @@ from ray.rllib.utils.annotations import override
 from ray.rllib.utils.typing import EpisodeType
 
 from hca_rllib import credit
-from hca_rllib.module import RETURNS
+from hca_rllib.module import CREDIT_WEIGHTS, RETURNS
+
+# Key of the per-module `CreditState`s in the pipeline's `shared_data`.
+CREDIT_STATE = "hca_credit_state"
 
 
 def _num_learners() -> int:
@@ -40,8 +49,29 @@ def _sum_over_learners(values: torch.Tensor) -> torch.Tensor:
     return values
 
 
-class ComputeCreditAdvantages(ConnectorV2):
-    """Adds `returns`, `value_targets` and `advantages` of the configured credit mode."""
+@dataclasses.dataclass
+class CreditState:
+    """What the credit pieces compute for one module's batch, passed from piece to piece."""
+
+    mask: torch.Tensor
+    actions: torch.Tensor
+    policy_logits: torch.Tensor
+    log_pi_all: torch.Tensor
+    values: torch.Tensor
+    returns: torch.Tensor
+    gae: torch.Tensor
+    policy_latent: Optional[torch.Tensor] = None
+    log_q_all: Optional[torch.Tensor] = None
+    hindsight_logits: Optional[torch.Tensor] = None
+    # False when the batch's returns, values or classifier outputs are not finite: the
+    # running statistics and the trust are then left as they were.
+    finite: bool = True
+    parts: Dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
+    diagnostics: Dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+class _CreditPiece(ConnectorV2):
+    """A learner-connector piece of the credit path: `_process` per module batch."""
 
     def __init__(self, input_observation_space=None, input_action_space=None, *, config):
         super().__init__(input_observation_space, input_action_space)
@@ -54,87 +84,80 @@ class ComputeCreditAdvantages(ConnectorV2):
         rl_module,
         batch: Dict[str, Any],
         episodes: List[EpisodeType],
+        shared_data: Optional[dict] = None,
         metrics=None,
         **kwargs,
     ):
+        states = (shared_data if shared_data is not None else {}).setdefault(CREDIT_STATE, {})
         for module_id, module_batch in batch.items():
             module = rl_module[module_id].unwrapped()
-            diagnostics = self._add_credit(module, module_batch)
+            with torch.no_grad():
+                diagnostics = self._process(module, module_batch, states, module_id)
             if metrics is not None:
-                for key, value in diagnostics.items():
+                for key, value in (diagnostics or {}).items():
                     metrics.log_value((module_id, key), float(value), window=1)
         return batch
 
-    @torch.no_grad()
-    def _add_credit(self, module, b: Dict[str, Any]) -> Dict[str, Any]:
+    def _process(self, module, b, states, module_id) -> Optional[Dict[str, Any]]:
+        raise NotImplementedError
+
+    @staticmethod
+    def _state(states, module_id) -> CreditState:
+        if module_id not in states:
+            raise RuntimeError(
+                f"{module_id}: no credit state; ComputeReturnsAndAdvantages must run first "
+                f"in the learner connector pipeline")
+        return states[module_id]
+
+
+class ComputeReturnsAndAdvantages(_CreditPiece):
+    """Returns `Z`, GAE advantages and value targets (`return_mode`), from one no-grad
+    forward pass of the policy and value heads."""
+
+    def _process(self, module, b, states, module_id):
         config = self.config
         obs = b[Columns.OBS]
         mask = b[Columns.LOSS_MASK].bool()
         rewards = b[Columns.REWARDS]
         terminateds, truncateds = b[Columns.TERMINATEDS], b[Columns.TRUNCATEDS]
-
-        policy_latent = module.pi_torso(obs)
-        policy_logits = module.pi(policy_latent)
-        values = module._values(obs, policy_latent)
-
+        latent, logits = module.policy_outputs(obs)
+        values = module.compute_values({Columns.OBS: obs}, latent)
         # Both modes bootstrap where an episode was cut without a terminal state. In
         # `monte_carlo` mode batches hold complete episodes (validated), so that happens
         # only at the environment's time limit, and the value targets are the returns.
         returns = credit.discounted_returns(rewards, values, terminateds, truncateds, config.gamma)
-        gae = credit.gae_advantages(
-            rewards, values, terminateds, truncateds, config.gamma, config.lambda_
+        gae = credit.gae_advantages(rewards, values, terminateds, truncateds, config.gamma, config.lambda_)
+        b[Postprocessing.VALUE_TARGETS] = returns if config.return_mode == "monte_carlo" else gae + values
+        b[Postprocessing.ADVANTAGES] = gae
+        states[module_id] = CreditState(
+            mask=mask, actions=b[Columns.ACTIONS].long(), policy_logits=logits,
+            log_pi_all=torch.log_softmax(logits, dim=-1), values=values, returns=returns, gae=gae,
+            policy_latent=latent,
         )
-        value_targets = returns if config.return_mode == "monte_carlo" else gae + values
-        diagnostics: Dict[str, Any] = {}
-        advantages = gae
+        return None
 
-        if config.uses_hindsight:
-            finite = self._update_return_statistics(module, returns[mask], values[mask])
-            actions = b[Columns.ACTIONS].long().unsqueeze(-1)
-            log_pi_all = torch.log_softmax(policy_logits, dim=-1)
-            hindsight_logits = module._hindsight_logits(obs, policy_latent, policy_logits, returns)
-            log_q_all = torch.log_softmax(hindsight_logits, dim=-1)
-            log_pi = log_pi_all.gather(-1, actions).squeeze(-1)
-            log_q = log_q_all.gather(-1, actions).squeeze(-1)
-            pointwise_information = log_q - log_pi
-            finite = finite and bool(torch.isfinite(pointwise_information[mask]).all())
-            reliability = None
-            if config.reliability_z:
-                batch_reliability = credit.classifier_reliability(
-                    pointwise_information, mask, config.reliability_z, config.reliability_information
-                )
-                reliability = self._update_reliability(module, batch_reliability, finite)
-            parts = credit.credit_advantage(
-                config.credit,
-                gae=gae,
-                log_pi_taken=log_pi,
-                log_q_taken=log_q,
-                returns=returns,
-                values=values,
-                ratio_clip=config.hca_ratio_clip,
-                use_baseline=config.hca_baseline,
-                gate_delta=config.c2a2c_delta,
-                soft_gate=config.c2a2c_soft,
-                mix_eta=config.mix_eta,
-                normalize_gate=config.c2a2c_normalize,
-                reliability=reliability,
-                mask=mask,
-            )
-            advantages = parts["advantages"]
-            b[RETURNS] = returns
-            diagnostics.update(
-                self._diagnostics(
-                    parts, gae, log_pi, log_q, policy_logits,
-                    hindsight_logits, b[Columns.ACTIONS], mask, reliability,
-                )
-            )
 
-        if config.normalize_advantages:
-            real = advantages[mask]
-            advantages = (advantages - real.mean()) / real.std().clamp(min=1e-8)
-        b[Postprocessing.ADVANTAGES] = advantages
-        b[Postprocessing.VALUE_TARGETS] = value_targets
-        return diagnostics
+class ComputeHindsightLogProbs(_CreditPiece):
+    """`log q(a|s,Z)` for every action on this (held-out) batch, the running return
+    statistics the classifier's input uses, and the held-out diagnostics."""
+
+    def _process(self, module, b, states, module_id):
+        if not self.config.uses_hindsight:
+            return None
+        s = self._state(states, module_id)
+        obs = b[Columns.OBS]
+        s.finite = self._update_return_statistics(module, s.returns[s.mask], s.values[s.mask])
+        s.hindsight_logits = module.hindsight_logits(obs, s.policy_latent, s.policy_logits, s.returns)
+        s.log_q_all = torch.log_softmax(s.hindsight_logits, dim=-1)
+        log_pi = s.log_pi_all.gather(-1, s.actions.unsqueeze(-1)).squeeze(-1)
+        log_q = s.log_q_all.gather(-1, s.actions.unsqueeze(-1)).squeeze(-1)
+        s.finite = s.finite and bool(torch.isfinite(s.log_q_all[s.mask]).all())
+        b[RETURNS] = s.returns
+        return {
+            "info/mutual_information": credit.mutual_information(log_q, log_pi, s.mask),
+            "hindsight/accuracy": credit.argmax_accuracy(s.hindsight_logits, s.actions, s.mask),
+            "policy/accuracy": credit.argmax_accuracy(s.policy_logits, s.actions, s.mask),
+        }
 
     @staticmethod
     def _update_return_statistics(module, real_returns, real_values) -> bool:
@@ -159,42 +182,138 @@ class ComputeCreditAdvantages(ConnectorV2):
             module.return_encoder.update_from_sums(sums[0], sums[1], sums[2])
         return finite
 
-    def _update_reliability(self, module, batch_reliability, finite: bool):
+
+class ComputeCreditWeights(_CreditPiece):
+    """The trust in the classifier (`trust`: evidence, batch or None) and the per-action
+    weights `W[t, a]` of the credit mode, into `CREDIT_WEIGHTS` (and the taken action's
+    weight into `ADVANTAGES`)."""
+
+    def _process(self, module, b, states, module_id):
+        config = self.config
+        s = self._state(states, module_id)
+        num_actions = s.log_pi_all.shape[-1]
+        if s.log_q_all is None:  # A2C without a classifier
+            s.parts = {"advantages": s.gae, "weights": credit.one_hot_weights(s.gae, s.actions, num_actions)}
+            self._write(b, s)
+            return None
+        diagnostics: Dict[str, Any] = {}
+        trust, scale = self._trust(module, s, diagnostics)
+        s.parts = credit.credit_weights(
+            config.credit,
+            actions=s.actions, gae=s.gae, log_pi_all=s.log_pi_all, log_q_all=s.log_q_all,
+            returns=s.returns, values=s.values, trust=trust, scale=scale, mask=s.mask,
+            **({} if config.credit in ("expected_hca", "a2c") else dict(
+                ratio_clip=config.hca_ratio_clip, use_baseline=config.hca_baseline,
+                gate_delta=config.c2a2c_delta, soft_gate=config.c2a2c_soft,
+                mix_eta=config.mix_eta, normalize_gate=config.c2a2c_normalize)),
+        )
+        self._write(b, s)
+        diagnostics.update(self._diagnostics(s))
+        return diagnostics
+
+    @staticmethod
+    def _write(b, s: CreditState) -> None:
+        b[CREDIT_WEIGHTS] = s.parts["weights"]
+        b[Postprocessing.ADVANTAGES] = s.parts["advantages"]
+
+    def _trust(self, module, s: CreditState, diagnostics):
+        """`(trust, scale)`: trust None (pure estimator), a scalar or one per step."""
+        config = self.config
+        if config.trust is None:
+            return None, 1.0
+        pi_probs, q_probs = s.log_pi_all.exp(), s.log_q_all.exp()
+        if config.trust == "batch":
+            log_pi = s.log_pi_all.gather(-1, s.actions.unsqueeze(-1)).squeeze(-1)
+            log_q = s.log_q_all.gather(-1, s.actions.unsqueeze(-1)).squeeze(-1)
+            batch = credit.batch_trust(log_q - log_pi, s.mask, config.trust_z, config.trust_information)
+            trust = self._update_batch_trust(module, batch, s.finite)
+            diagnostics["credit/trust"] = trust
+            return trust, 1.0
+        evidence = credit.calibration_evidence(s.actions, pi_probs, q_probs, s.mask)
+        accumulated = self._update_evidence(module, evidence, s.finite)
+        global_trust = credit.evidence_trust(accumulated, config.trust_z, config.trust_max_scale)
+        module.trust.fill_(float(global_trust["trust"]))
+        per_decision = credit.decision_trust(global_trust["trust"], pi_probs, q_probs, config.trust_information)
+        diagnostics.update({
+            "credit/trust": global_trust["trust"],
+            "credit/trust_z": global_trust["z"],
+            "credit/trust_scale": global_trust["scale"],
+            "credit/decision_trust": per_decision[s.mask].mean(),
+        })
+        scale = global_trust["scale"] if config.credit == "expected_hca" else 1.0
+        return per_decision, scale
+
+    def _update_batch_trust(self, module, batch_trust, finite: bool):
         """Fold this batch's trust into the moving average (averaged over learner ranks);
         a non-finite batch on any rank leaves it unchanged. Returns the trust to use."""
         if _num_learners() > 1:
-            as_double = dict(dtype=torch.float64, device=batch_reliability.device)
+            as_double = dict(dtype=torch.float64, device=batch_trust.device)
             shared = _sum_over_learners(torch.stack([
-                batch_reliability.double() if finite else torch.zeros((), **as_double),
+                batch_trust.double() if finite else torch.zeros((), **as_double),
                 torch.tensor(float(finite), **as_double),
                 torch.tensor(1.0, **as_double),
             ]))
             finite = bool(shared[1] == shared[2])
-            batch_reliability = (shared[0] / shared[2]).float()
+            batch_trust = (shared[0] / shared[2]).float()
         if not finite:
-            return module.reliability.clone()
-        return module.update_reliability(batch_reliability, self.config.reliability_decay)
+            return module.trust.clone()
+        return module.update_trust(batch_trust, self.config.trust_decay)
 
-    def _diagnostics(
-        self, parts, gae, log_pi, log_q, policy_logits,
-        hindsight_logits, actions, mask, reliability,
-    ) -> Dict[str, Any]:
+    def _update_evidence(self, module, evidence, finite: bool):
+        """Fold this batch's evidence (summed over learner ranks) into the accumulated
+        evidence; a non-finite batch on any rank leaves it unchanged."""
+        if _num_learners() > 1:
+            flags = evidence.new_tensor([float(finite), 1.0])
+            shared = _sum_over_learners(torch.cat([evidence if finite else torch.zeros_like(evidence), flags]))
+            evidence, finite = shared[:4], bool(shared[4] == shared[5])
+        if not finite or not bool(torch.isfinite(evidence).all()):
+            return module.trust_evidence.clone().double()
+        return module.update_trust_evidence(evidence, self.config.trust_decay)
+
+    def _diagnostics(self, s: CreditState) -> Dict[str, Any]:
         """Method note, section 4, measured on this (held-out) batch."""
+        config, mask, parts = self.config, s.mask, s.parts
+        log_pi = s.log_pi_all.gather(-1, s.actions.unsqueeze(-1)).squeeze(-1)
+        log_q = s.log_q_all.gather(-1, s.actions.unsqueeze(-1)).squeeze(-1)
         # The credit estimator itself (before any blending toward A2C) against GAE.
-        estimator = parts.get("hca_advantages", parts.get("raw_gate", 1.0) * gae)
-        out = {
-            "info/mutual_information": credit.mutual_information(log_q, log_pi, mask),
-            "hindsight/accuracy": credit.argmax_accuracy(hindsight_logits, actions, mask),
-            "policy/accuracy": credit.argmax_accuracy(policy_logits, actions, mask),
-            "hca/advantage_correlation": credit.correlation(estimator, gae, mask),
-        }
+        if "expected_weights" in parts:
+            estimator = parts["expected_weights"].gather(-1, s.actions.unsqueeze(-1)).squeeze(-1)
+        else:
+            estimator = parts.get("hca_advantages", parts.get("raw_gate", 1.0) * s.gae)
+        out = {"hca/advantage_correlation": credit.correlation(estimator, s.gae, mask)}
         ratio = credit.hindsight_ratio(log_pi, log_q)
-        for key, value in credit.ratio_statistics(ratio, self.config.hca_ratio_clip, mask).items():
+        for key, value in credit.ratio_statistics(ratio, config.hca_ratio_clip, mask).items():
             out[f"hca/{key}"] = value
         if "raw_gate" in parts:
             # Share of the policy update the gate of the note removes (hard gate: the
             # share of steps skipped).
             out["c2a2c/mask_fraction"] = 1.0 - parts["raw_gate"][mask].mean()
-        if reliability is not None:
-            out["credit/reliability"] = reliability
         return out
+
+
+class NormalizeCreditWeights(_CreditPiece):
+    """`normalize_advantages`: one-hot modes standardise the taken action's weight over
+    the batch (RLlib's GAE does the same to its advantages); `expected_hca` divides `W`
+    by the standard deviation of A2C's advantage only, without centring, so that it stays
+    exactly 0 where `q == pi`."""
+
+    def _process(self, module, b, states, module_id):
+        s = self._state(states, module_id)
+        real = s.parts["advantages"][s.mask]
+        if self.config.credit == "expected_hca":
+            s.parts["weights"] = s.parts["weights"] / s.gae[s.mask].std().clamp(min=1e-8)
+            s.parts["advantages"] = s.parts["weights"].gather(-1, s.actions.unsqueeze(-1)).squeeze(-1)
+        else:
+            s.parts["advantages"] = (s.parts["advantages"] - real.mean()) / real.std().clamp(min=1e-8)
+            s.parts["weights"] = credit.one_hot_weights(s.parts["advantages"], s.actions, s.log_pi_all.shape[-1])
+        ComputeCreditWeights._write(b, s)
+        return None
+
+
+def credit_pieces(config) -> List[ConnectorV2]:
+    """The credit path's pieces for `config`, in pipeline order."""
+    pieces = [ComputeReturnsAndAdvantages(config=config), ComputeHindsightLogProbs(config=config),
+              ComputeCreditWeights(config=config)]
+    if config.normalize_advantages:
+        pieces.append(NormalizeCreditWeights(config=config))
+    return pieces

@@ -24,10 +24,19 @@ from typing import Dict, Optional
 import numpy as np
 import torch
 
-# The advantage estimators, the one list of them (the CLI, sweeps, tuned examples and
-# benchmarks import it). All but `a2c` use the hindsight classifier.
-CREDIT_MODES = ("a2c", "hca", "c2a2c", "mix")
+# The credit estimators, the one list of them (the CLI, sweeps, tuned examples and
+# benchmarks import it). All but `a2c` use the hindsight classifier. Every mode yields
+# per-action policy-gradient weights `W[t, a]` (`policy_gradient_loss`); all but
+# `expected_hca` are one-hot, `W = A_t * onehot(a_t)` (`one_hot_weights`).
+CREDIT_MODES = ("a2c", "hca", "c2a2c", "mix", "expected_hca")
 HINDSIGHT_CREDIT_MODES = tuple(mode for mode in CREDIT_MODES if mode != "a2c")
+# The modes whose weights are one-hot, `W = A_t * onehot(a_t)` (`credit_advantage`).
+ONE_HOT_CREDIT_MODES = tuple(mode for mode in CREDIT_MODES if mode != "expected_hca")
+# How far each mode trusts the classifier (`trust=` in the config; None: not at all
+# degraded, the pure estimator). `evidence`: `evidence_trust`, per decision, from
+# held-out evidence accumulated over batches with the episode chunk as the unit;
+# `batch`: `batch_trust`, one weight per batch from its mean held-out information.
+TRUST_MODES = ("evidence", "batch")
 
 
 def _as_numpy(x) -> np.ndarray:
@@ -146,19 +155,21 @@ def mix_advantage(
     return (1.0 - eta) * gae + eta * hca
 
 
-def classifier_reliability(
+def batch_trust(
     pointwise_information: torch.Tensor,
     mask: Optional[torch.Tensor] = None,
     z_full_trust: float = 2.0,
     information_full_trust: Optional[float] = None,
 ) -> torch.Tensor:
-    """How far the classifier can be trusted, in [0, 1], from held-out evidence.
+    """Trust `trust="batch"`: one weight in [0, 1] for the whole batch (method note,
+    section 2.5), from held-out evidence.
 
     `pointwise_information = log q(a_t|s_t,Z_t) - log pi(a_t|s_t)` on steps the
     classifier never trained on. Its mean is the mutual-information lower bound;
-    divided by its standard error it is a z-score. Reliability is
-    `clip(z / z_full_trust, 0, 1)`: 0 when the classifier carries no (or negative,
-    i.e. miscalibrated) information, 1 once the information is clearly above noise.
+    divided by its standard error (steps counted as independent) it is a z-score.
+    Trust is `clip(z / z_full_trust, 0, 1)`: 0 when the classifier carries no (or
+    negative, i.e. miscalibrated) information, 1 once the information is clearly above
+    noise.
 
     `information_full_trust` (nats) also scales trust by the size of the information:
     `clip(I / information_full_trust, 0, 1)`, so a classifier whose information is
@@ -176,6 +187,143 @@ def classifier_reliability(
     return trust
 
 
+# --- Trust from accumulated evidence (trust="evidence", method note, section 2.5) ---
+
+
+def chunk_ids(mask: torch.Tensor) -> torch.Tensor:
+    """Index of the episode chunk of every row: a chunk is a run of real rows closed by
+    its artificial row (`mask` False), which belongs to the chunk it closes."""
+    ends = (~mask.bool()).long()
+    return torch.cumsum(ends, 0) - ends
+
+
+def calibration_evidence(
+    actions: torch.Tensor,
+    pi_probs: torch.Tensor,
+    q_probs: torch.Tensor,
+    mask: torch.Tensor,
+    chunks: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    """This batch's held-out evidence that `q` knows something `pi` does not.
+
+    Per decision, `x_t = <onehot(a_t) - pi_t, q_t - pi_t>` (does the classifier's
+    deviation from the policy point at the action that was taken?) and
+    `d_t = ||q_t - pi_t||^2` (how far it deviates). If `q` is the posterior `h`
+    shrunk toward `pi` by `alpha` (`q = pi + alpha (h - pi)`),
+    `E[x_t | s, Z] = alpha ||h - pi||^2` and `d_t = alpha^2 ||h - pi||^2`: `sum x /
+    sum d` estimates `1 / alpha` (`evidence_trust`'s scale), and `x_t` has mean 0 when
+    the deviation is unrelated to the action (noise), and is negative when it points
+    the wrong way. The steps of one episode chunk are one unit: `x` and `d` are summed
+    per chunk.
+
+    Returns `[n, sum_c x_c, sum_c x_c^2, sum_c d_c]` (float64) over the chunks `c` with
+    at least one real row; `chunks` defaults to `chunk_ids(mask)`.
+    """
+    mask = mask.bool()
+    chunks = chunk_ids(mask) if chunks is None else chunks
+    deviation = (q_probs - pi_probs).to(torch.float64)
+    taken = deviation.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+    x = (taken - (pi_probs.to(torch.float64) * deviation).sum(-1)) * mask
+    d = (deviation * deviation).sum(-1) * mask
+    size = int(chunks.max()) + 1 if chunks.numel() else 0
+    per_x = torch.zeros(size, dtype=torch.float64, device=x.device).index_add_(0, chunks, x)
+    per_d = torch.zeros(size, dtype=torch.float64, device=x.device).index_add_(0, chunks, d)
+    real = torch.zeros(size, dtype=torch.float64, device=x.device).index_add_(
+        0, chunks, mask.to(torch.float64)) > 0
+    per_x, per_d = per_x[real], per_d[real]
+    return torch.stack([real.sum().to(torch.float64), per_x.sum(), (per_x * per_x).sum(), per_d.sum()])
+
+
+def accumulate_evidence(state: torch.Tensor, batch_evidence: torch.Tensor, decay: float) -> torch.Tensor:
+    """`decay * state + batch`: evidence over the recent batches (an effective memory
+    of `1 / (1 - decay)` batches; the classifier changes, so old evidence fades)."""
+    return decay * state.to(torch.float64) + batch_evidence.to(torch.float64)
+
+
+def evidence_trust(
+    evidence: torch.Tensor, z_full_trust: float = 2.0, max_scale: float = 1.0
+) -> Dict[str, torch.Tensor]:
+    """Global trust and calibration scale from accumulated `calibration_evidence`.
+
+    `z = sum_c x_c / SE`, the standard error from the spread of the per-chunk sums
+    (chunks, not steps, are independent); trust is 0 up to `z = z_full_trust / 2`
+    (a classifier of pure noise clears that with probability 0.16 at the default 2),
+    rising linearly to 1 at `z_full_trust`. The calibration `scale = sum x / sum d`
+    is clipped to `[0, max_scale]` (1 / alpha in the shrinkage model above; 1 for a
+    calibrated classifier). Both are 0 without evidence (`q == pi`: `d = 0`).
+
+    Returns `trust`, `scale` and `z` (float32 scalars).
+    """
+    n, sx, sxx, sd = (evidence[i].to(torch.float64) for i in range(4))
+    zero = torch.zeros((), dtype=torch.float32, device=evidence.device)
+    if float(n) < 2.0 or float(sd) <= 1e-12:
+        return {"trust": zero, "scale": zero, "z": zero}
+    variance = torch.clamp((sxx - sx * sx / n) / (n - 1.0), min=0.0)
+    z = sx / torch.clamp(torch.sqrt(n * variance), min=1e-12)
+    onset = 0.5 * z_full_trust
+    trust = torch.clamp((z - onset) / (z_full_trust - onset), 0.0, 1.0)
+    scale = torch.clamp(sx / sd, 0.0, max_scale)
+    return {"trust": trust.float(), "scale": scale.float(), "z": z.float()}
+
+
+def decision_trust(
+    trust: torch.Tensor,
+    pi_probs: torch.Tensor,
+    q_probs: torch.Tensor,
+    information_full_trust: Optional[float] = None,
+) -> torch.Tensor:
+    """Per-decision trust `w_t = trust * min(1, KL(q_t || pi_t) / information_full_trust)`:
+    a decision where the classifier claims no information keeps A2C's gradient.
+    `information_full_trust=None`: `w_t = trust` everywhere."""
+    trust = torch.as_tensor(trust, dtype=torch.float32, device=q_probs.device)
+    if information_full_trust is None:
+        return trust.expand(q_probs.shape[:-1])
+    claimed = (q_probs * (torch.log(q_probs.clamp(min=1e-12)) - torch.log(pi_probs.clamp(min=1e-12)))).sum(-1)
+    return trust * torch.clamp(claimed / information_full_trust, 0.0, 1.0)
+
+
+# --- Policy-gradient weights (method note, section 2) ----------------------------------
+
+
+def one_hot_weights(advantages: torch.Tensor, actions: torch.Tensor, num_actions: int) -> torch.Tensor:
+    """`W[t, a] = A_t * 1[a == a_t]`: the one-hot case (a2c, hca, c2a2c, mix)."""
+    onehot = torch.nn.functional.one_hot(actions.long(), num_actions).to(advantages.dtype)
+    return advantages.unsqueeze(-1) * onehot
+
+
+def expected_hca_weights(
+    returns: torch.Tensor,
+    values: torch.Tensor,
+    q_probs: torch.Tensor,
+    pi_probs: torch.Tensor,
+    scale: float | torch.Tensor = 1.0,
+) -> torch.Tensor:
+    """Expected (all-action) HCA: `W[t, .] = scale * (Z_t - V(s_t)) * (q(.|s_t,Z_t) - pi(.|s_t))`.
+
+    Its policy gradient `sum_a W[t, a] grad log pi(a|s_t)` is
+    `scale * (Z - V) * sum_a q(a) grad log pi(a)` (the `- pi` term has zero gradient
+    in expectation over `a ~ pi`, exactly: `sum_a pi grad log pi = 0`). With the exact
+    posterior `h` and `scale = 1` it is `E[(Z - V) grad log pi(a_t) | s_t, Z_t]`, A2C's
+    gradient with the action integrated out given the return: unbiased, never of
+    higher variance, no ratio to clip, and exactly 0 where `q == pi`.
+    """
+    centred = (returns - values).unsqueeze(-1)
+    return scale * centred * (q_probs - pi_probs)
+
+
+def policy_gradient_loss(weights: torch.Tensor, log_probs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """`-mean_t sum_a W[t, a] log pi(a|s_t)` over the real steps (`W` detached)."""
+    per_step = (weights.detach() * log_probs).sum(-1)
+    mask = mask.bool()
+    return -per_step[mask].sum() / mask.sum().clamp(min=1)
+
+
+def logit_gradient(weights: torch.Tensor, pi_probs: torch.Tensor) -> torch.Tensor:
+    """Gradient of `sum_a W[a] log pi(a)` with respect to the logits of a softmax policy:
+    `W - pi * sum_a W[a]` (per row). For tests and analysis."""
+    return weights - pi_probs * weights.sum(-1, keepdim=True)
+
+
 def credit_advantage(
     credit: str,
     *,
@@ -190,15 +338,16 @@ def credit_advantage(
     soft_gate: bool = False,
     mix_eta: float = 0.5,
     normalize_gate: bool = False,
-    reliability: Optional[torch.Tensor] = None,
+    trust: Optional[torch.Tensor] = None,
     mask: Optional[torch.Tensor] = None,
 ) -> Dict[str, torch.Tensor]:
-    """The advantage of one credit mode (method note, section 2), plus its parts.
+    """The advantage of a one-hot credit mode (method note, section 2), plus its parts.
 
-    `reliability=None` gives the pure estimator of the note. A reliability `w` in
-    [0, 1] (see `classifier_reliability`) degrades each mode toward A2C as the
-    classifier's evidence vanishes: `hca` becomes `w A_HCA + (1 - w) A_GAE`,
-    `c2a2c` uses the gate `(1 - w) + w c_t`, `mix` uses `eta * w`.
+    `trust=None` gives the pure estimator of the note. A trust `w` in [0, 1] (a scalar,
+    or one per step: see `batch_trust`, `evidence_trust`, `decision_trust`) degrades
+    each mode toward A2C as the classifier's evidence vanishes: `hca` becomes
+    `w A_HCA + (1 - w) A_GAE`, `c2a2c` uses the gate `(1 - w) + w c_t`, `mix` uses
+    `eta * w`.
 
     `normalize_gate` divides the `c2a2c` gate by its mean over the (masked) batch, so
     the gate re-weights the policy gradient toward informative steps instead of
@@ -206,9 +355,12 @@ def credit_advantage(
 
     Returns a dict with `advantages` and, where defined, `hca_advantages`, `gate`
     (as applied) and `raw_gate` (the gate of the note, before normalising or trust).
+    `expected_hca` is not one-hot: see `credit_weights`.
     """
     if credit not in CREDIT_MODES:
         raise ValueError(f"credit must be one of {CREDIT_MODES}, got {credit!r}")
+    if credit == "expected_hca":
+        raise ValueError("credit='expected_hca' has per-action weights: use credit_weights")
     out: Dict[str, torch.Tensor] = {}
     if credit == "a2c":
         out["advantages"] = gae
@@ -221,8 +373,8 @@ def credit_advantage(
             # Below 1e-3 the gate says "nothing informative": dividing would blow a
             # few noise steps up to ~N times their weight.
             gate = gate / gate_mean if gate_mean > 1e-3 else torch.ones_like(gate)
-        if reliability is not None:
-            gate = (1.0 - reliability) + reliability * gate
+        if trust is not None:
+            gate = (1.0 - trust) + trust * gate
         out["gate"] = gate
         out["advantages"] = gate * gae
         return out
@@ -235,10 +387,56 @@ def credit_advantage(
     )
     out["hca_advantages"] = hca
     eta = 1.0 if credit == "hca" else mix_eta
-    if reliability is not None:
-        eta = eta * reliability
+    if trust is not None:
+        eta = eta * trust
     out["advantages"] = mix_advantage(gae, hca, eta)
     return out
+
+
+def credit_weights(
+    credit: str,
+    *,
+    actions: torch.Tensor,
+    gae: torch.Tensor,
+    log_pi_all: torch.Tensor,
+    log_q_all: Optional[torch.Tensor],
+    returns: torch.Tensor,
+    values: torch.Tensor,
+    trust: Optional[torch.Tensor] = None,
+    scale: float | torch.Tensor = 1.0,
+    mask: Optional[torch.Tensor] = None,
+    **options,
+) -> Dict[str, torch.Tensor]:
+    """Per-action policy-gradient weights `W[t, a]` of any credit mode, plus its parts.
+
+    One-hot modes: `W = A_t * onehot(a_t)`, `A` from `credit_advantage` (`options` are
+    its keyword arguments). `expected_hca`: `W = (1 - w_t) A_GAE,t onehot(a_t) +
+    w_t * expected_hca_weights(Z, V, q, pi, scale)`, with the trust `w_t` (scalar or per
+    step; None: 1, the pure estimator). With `lambda_ = 1`, `A_GAE = Z - V`: trust 0 is
+    A2C exactly. Returns `weights`, `advantages` (the taken action's entry for one-hot
+    modes; `W[t, a_t]` otherwise, for diagnostics) and the parts.
+    """
+    num_actions = log_pi_all.shape[-1]
+    if credit != "expected_hca":
+        log_pi = log_pi_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+        log_q = (log_q_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+                 if log_q_all is not None else log_pi)
+        parts = credit_advantage(
+            credit, gae=gae, log_pi_taken=log_pi, log_q_taken=log_q, returns=returns,
+            values=values, trust=trust, mask=mask, **options,
+        )
+        parts["weights"] = one_hot_weights(parts["advantages"], actions, num_actions)
+        return parts
+    expected = expected_hca_weights(returns, values, log_q_all.exp(), log_pi_all.exp(), scale)
+    w = torch.ones((), device=gae.device) if trust is None else trust
+    if w.dim() == 1:
+        w = w.unsqueeze(-1)
+    weights = (1.0 - w) * one_hot_weights(gae, actions, num_actions) + w * expected
+    return {
+        "weights": weights,
+        "expected_weights": expected,
+        "advantages": weights.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1),
+    }
 
 
 # --- Diagnostics (method note, section 4) -------------------------------------------

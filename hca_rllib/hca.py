@@ -29,21 +29,35 @@ from ray.rllib.connectors.learner.frame_stacking import FrameStackingLearner
 from ray.rllib.utils import force_list
 
 from hca_rllib.callbacks import GameScoreCallback
-from hca_rllib.credit import CREDIT_MODES, HINDSIGHT_CREDIT_MODES
+from hca_rllib.credit import CREDIT_MODES, HINDSIGHT_CREDIT_MODES, TRUST_MODES
 from hca_rllib.envs.resolver import EnvResolutionError, env_family, resolve_env
 from hca_rllib.module import HINDSIGHT_CHOICES, HINDSIGHT_DEFAULTS
 
 OPTIMIZERS = ("rmsprop", "adam")
 RETURN_MODES = ("bootstrap", "monte_carlo")
 
-# Fields renamed so as not to collide with RLlib's names: `optimizer` is RLlib's own
-# (old API stack) optimizer dict, `returns` a train-batch column. The old names are
-# refused with a one-line error that names the new field.
-RENAMED_FIELDS: Dict[str, str] = {"optimizer": "optimizer_type", "returns": "return_mode"}
+# Fields renamed: `optimizer` is RLlib's own (old API stack) optimizer dict and `returns`
+# a train-batch column, so ours would collide; the trust in the classifier has one name
+# (`trust`), not also "reliability". The old names are refused with a one-line error
+# that names the new field.
+RENAMED_FIELDS: Dict[str, str] = {
+    "optimizer": "optimizer_type",
+    "returns": "return_mode",
+    "reliability_z": "trust_z",
+    "reliability_information": "trust_information",
+    "reliability_decay": "trust_decay",
+}
+# RLlib's own fields among the old names (a value of theirs is RLlib's, not ours).
+_RLLIB_FIELDS = ("optimizer", "returns")
+RENAME_REASONS: Dict[str, str] = {
+    old: ("so as not to collide with RLlib's names" if old in _RLLIB_FIELDS
+          else "one name for the trust in the classifier")
+    for old in RENAMED_FIELDS
+}
 
 # The fields `HCAConfig.training()` accepts on top of RLlib's, with their defaults.
 HCA_TRAINING_DEFAULTS: Dict[str, Any] = {
-    # Advantage estimator (method note, section 2): a2c, hca, c2a2c or mix.
+    # Credit estimator (method note, section 2): a2c, hca, c2a2c, mix or expected_hca.
     "credit": "hca",
     # `bootstrap`: n-step returns bootstrapped with V at fragment ends;
     # `monte_carlo`: full-episode returns (needs batch_mode="complete_episodes").
@@ -66,14 +80,24 @@ HCA_TRAINING_DEFAULTS: Dict[str, Any] = {
     "c2a2c_normalize": False,
     # `mix`: weight eta of the HCA advantage.
     "mix_eta": 0.5,
-    # Degrade toward A2C when the classifier's held-out information is not clearly
-    # above noise: trust grows linearly up to this z-score. None: pure estimators.
-    "reliability_z": 2.0,
-    # Held-out information (nats per step) at which the classifier is fully trusted;
-    # below it trust shrinks in proportion. None: significance alone decides.
-    "reliability_information": None,
-    # Decay of the moving average of that trust across batches (0: this batch only).
-    "reliability_decay": 0.9,
+    # How far to trust the classifier, degrading each mode toward A2C where its held-out
+    # evidence is weak (method note, section 2.5): `evidence` (per decision, from
+    # evidence accumulated over batches, the episode chunk as the unit), `batch` (one
+    # weight per batch from its mean held-out information) or None (pure estimators).
+    "trust": "batch",
+    # Full trust at this z-score of the held-out evidence (`evidence`: none below half
+    # of it; `batch`: linear from 0).
+    "trust_z": 2.0,
+    # Information (nats per step) at which trust is full, below it in proportion:
+    # `evidence`: the information the classifier claims at each decision,
+    # KL(q || pi); `batch`: the batch's mean held-out information. None: off.
+    "trust_information": None,
+    # `evidence`: decay of the accumulated evidence per batch (memory 1 / (1 - decay)
+    # batches); `batch`: of the moving average of the trust (0: this batch only).
+    "trust_decay": 0.9,
+    # `expected_hca` with `evidence` trust: the largest calibration scale applied to
+    # q - pi (1 / alpha for a classifier shrunk toward pi by alpha).
+    "trust_max_scale": 4.0,
     # Hindsight classifier architecture (method note, section 3).
     "hindsight": copy.deepcopy(HINDSIGHT_DEFAULTS),
     "hindsight_loss_coeff": 1.0,
@@ -92,17 +116,19 @@ HCA_TRAINING_DEFAULTS: Dict[str, Any] = {
 def renamed_field_message(old: str, value: Any = NotProvided) -> str:
     """The one-line error for a field under its old name (`RENAMED_FIELDS`)."""
     new = RENAMED_FIELDS[old]
+    if old == "reliability_z" and value is None:
+        return "'reliability_z' was renamed 'trust_z'; the pure estimator (no trust) is trust=None"
     example = f"{new}={value!r}" if value is not NotProvided else new
-    return (f"{old!r} was renamed {new!r} (so as not to collide with RLlib's names): "
-            f"use {example}")
+    return f"{old!r} was renamed {new!r} ({RENAME_REASONS[old]}): use {example}"
 
 
 def _is_rllib_value(old: str, value: Any) -> bool:
     """Whether `value` under the old name `old` is RLlib's own field, not ours: RLlib's
-    `optimizer` is a dict (old API stack, {} by default); `returns` is no RLlib field."""
+    `optimizer` is a dict (old API stack, {} by default); `returns` is no RLlib field
+    (None: not set). Any value under the other old names is ours."""
     if old == "optimizer":
         return value is None or isinstance(value, dict)
-    return value is None
+    return old in _RLLIB_FIELDS and value is None
 
 
 class HCAConfig(AlgorithmConfig):
@@ -285,8 +311,11 @@ class HCAConfig(AlgorithmConfig):
             fail("HCA runs on RLlib's new API stack only (api_stack must stay enabled)")
         choice("credit", self.credit, CREDIT_MODES)
         for old in RENAMED_FIELDS:  # set as attributes, or from an old config dict
-            if not _is_rllib_value(old, getattr(self, old, None)):
-                fail(renamed_field_message(old, getattr(self, old)))
+            if old in _RLLIB_FIELDS:
+                if not _is_rllib_value(old, getattr(self, old, None)):
+                    fail(renamed_field_message(old, getattr(self, old)))
+            elif old in vars(self):
+                fail(renamed_field_message(old, vars(self)[old]))
         choice("return_mode", self.return_mode, RETURN_MODES)
         choice("optimizer_type", self.optimizer_type, OPTIMIZERS)
         in_range("gamma", self.gamma, 0.0, 1.0, low_open=True)
@@ -300,12 +329,14 @@ class HCAConfig(AlgorithmConfig):
         in_range("mix_eta", self.mix_eta, 0.0, 1.0)
         in_range("rmsprop_alpha", self.rmsprop_alpha, 0.0, 1.0, low_open=True, high_open=True)
         in_range("optimizer_eps", self.optimizer_eps, 0.0, 1.0, low_open=True)
-        if self.reliability_z is not None:
-            in_range("reliability_z", self.reliability_z, 0.0, math.inf, low_open=True, high_open=True)
-        if self.reliability_information is not None:
-            in_range("reliability_information", self.reliability_information, 0.0, math.inf,
+        if self.trust is not None:
+            choice("trust", self.trust, TRUST_MODES + (None,))
+        in_range("trust_z", self.trust_z, 0.0, math.inf, low_open=True, high_open=True)
+        if self.trust_information is not None:
+            in_range("trust_information", self.trust_information, 0.0, math.inf,
                      low_open=True, high_open=True)
-        in_range("reliability_decay", self.reliability_decay, 0.0, 1.0, high_open=True)
+        in_range("trust_decay", self.trust_decay, 0.0, 1.0, high_open=True)
+        in_range("trust_max_scale", self.trust_max_scale, 0.0, math.inf, low_open=True, high_open=True)
         if self.hindsight_lr is not None:
             in_range("hindsight_lr", self.hindsight_lr, 0.0, math.inf, low_open=True, high_open=True)
         if self.credit in HINDSIGHT_CREDIT_MODES and self.hindsight_loss_coeff == 0 and self.hindsight_epochs == 0:
@@ -395,6 +426,26 @@ class A2C(HCA):
     @override(Algorithm)
     def get_default_config(cls) -> A2CConfig:
         return A2CConfig()
+
+
+def training_module(algo: Algorithm, module_id: str = "default_policy"):
+    """The learner's module, with the value head and the hindsight classifier.
+
+    `algo.get_module()` is the EnvRunners' inference-only copy, which has neither. With a
+    local learner this is the learner's own module (live: it changes as training goes
+    on); with remote learners, a copy built with the first learner's weights.
+    """
+    group = algo.learner_group
+    if group.is_local:
+        return group._learner.module[module_id].unwrapped()
+    from hca_rllib.module import HCATorchRLModule
+
+    state = group.foreach_learner(lambda learner: learner.module[module_id].unwrapped().get_state())[0]
+    light = algo.get_module(module_id)
+    module = HCATorchRLModule(observation_space=light.observation_space, action_space=light.action_space,
+                              inference_only=False, model_config=light.model_config)
+    module.set_state(getattr(state, "get", lambda: state)())
+    return module
 
 
 # The algorithms by name, the one list of them: registered with Tune and RLlib

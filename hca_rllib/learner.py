@@ -1,5 +1,6 @@
-"""The loss: policy gradient on the credit advantage, value regression, hindsight
-cross-entropy and an entropy bonus, all as means over the real (unmasked) steps.
+"""The loss: policy gradient with the credit path's per-action weights,
+`-sum_a W[t, a] log pi(a|s_t)`, value regression, hindsight cross-entropy and an entropy
+bonus, all as means over the real (unmasked) steps.
 
 An update whose loss or gradients are not finite never reaches the weights: it is
 skipped, counted under `num_skipped_updates` and warned about.
@@ -23,8 +24,8 @@ from ray.rllib.utils.metrics import ALL_MODULES
 from ray.rllib.utils.typing import ModuleID, ParamDict, TensorType
 
 from hca_rllib import credit
-from hca_rllib.connectors import ComputeCreditAdvantages
-from hca_rllib.module import HINDSIGHT_LOGITS, RETURNS
+from hca_rllib.connectors import credit_pieces
+from hca_rllib.module import CREDIT_WEIGHTS, HINDSIGHT_LOGITS, RETURNS
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +43,8 @@ class HCATorchLearner(TorchLearner):
         super().build()
         if self._learner_connector is not None and self.config.add_default_connectors_to_learner_pipeline:
             self._learner_connector.prepend(AddOneTsToEpisodesAndTruncate())
-            self._learner_connector.append(ComputeCreditAdvantages(config=self.config))
+            for piece in credit_pieces(self.config):
+                self._learner_connector.append(piece)
 
     @classmethod
     @override(TorchLearner)
@@ -97,10 +99,9 @@ class HCATorchLearner(TorchLearner):
         mask = batch[Columns.LOSS_MASK].bool()
         actions = batch[Columns.ACTIONS].long().unsqueeze(-1)
         log_probs = torch.log_softmax(fwd_out[Columns.ACTION_DIST_INPUTS], dim=-1)
-        log_pi_taken = log_probs.gather(-1, actions).squeeze(-1)
         entropy = _masked_mean(-(log_probs.exp() * log_probs).sum(-1), mask)
 
-        policy_loss = -_masked_mean(batch[Postprocessing.ADVANTAGES] * log_pi_taken, mask)
+        policy_loss = credit.policy_gradient_loss(batch[CREDIT_WEIGHTS], log_probs, mask)
         values = fwd_out[Columns.VF_PREDS]
         targets = batch[Postprocessing.VALUE_TARGETS]
         vf_loss = _masked_mean((values - targets) ** 2, mask)
@@ -160,8 +161,7 @@ class HCATorchLearner(TorchLearner):
         out = {}
         for module_id, module_batch in batch.items():
             module = self.module[module_id].unwrapped()
-            latent = module.pi_torso(module_batch[Columns.OBS])
-            out[module_id] = (latent, module.pi(latent))
+            out[module_id] = module.policy_outputs(module_batch[Columns.OBS])
         return out
 
     def _extra_hindsight_passes(self, batch: Dict[str, Any], behaviour: Dict[str, Any]) -> None:
@@ -178,7 +178,7 @@ class HCATorchLearner(TorchLearner):
             latent, logits = behaviour[module_id]
             for _ in range(self.config.hindsight_epochs):
                 optimizer.zero_grad(set_to_none=True)
-                hindsight_logits = module._hindsight_logits(obs, latent, logits, module_batch[RETURNS])
+                hindsight_logits = module.hindsight_logits(obs, latent, logits, module_batch[RETURNS])
                 loss = self._hindsight_loss(hindsight_logits, actions, mask)
                 loss.backward()
                 grads = [p.grad for p in params if p.grad is not None]

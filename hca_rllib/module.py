@@ -31,6 +31,8 @@ from ray.rllib.utils.annotations import override
 # Column names this package adds to train batches and forward outputs.
 RETURNS = "returns"
 HINDSIGHT_LOGITS = "hindsight_logits"
+# Per-action policy-gradient weights W[t, a] (`credit.credit_weights`), a train-batch column.
+CREDIT_WEIGHTS = "credit_weights"
 
 # Nature DQN torso (Mnih et al. 2015), valid padding: 84x84 -> 20 -> 9 -> 7, 3136 wide.
 NATURE_CNN_FILTERS = [[32, 8, 4, "valid"], [64, 4, 2, "valid"], [64, 3, 1, "valid"]]
@@ -233,9 +235,12 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
             Torso(self.observation_space, config) if h["torso"] == "separate" else None
         )
         self.return_encoder = ReturnEncoder(h["return_encoding"], h["num_bins"], h["bins_range"])
-        # Running trust in the classifier (see `credit.classifier_reliability`): a buffer,
-        # so it is checkpointed with the weights and starts at 0, i.e. as A2C.
-        self.register_buffer("reliability", torch.zeros(()))
+        # The credit state, as buffers so that it is checkpointed with the weights: the
+        # trust in the classifier (`trust="batch"`: its moving average; `"evidence"`:
+        # the last global trust) starts at 0, i.e. as A2C; `trust_evidence` holds the
+        # accumulated `credit.calibration_evidence` [n, sum x, sum x^2, sum d].
+        self.register_buffer("trust", torch.zeros(()))
+        self.register_buffer("trust_evidence", torch.zeros(4))
         h_width = (self.hindsight_torso or self.pi_torso).output_dim
         self.hindsight = _mlp(h_width + self.return_encoder.output_dim, list(h["hiddens"]), num_actions)
         _orthogonal_init(self.hindsight, math.sqrt(2))
@@ -249,7 +254,8 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
 
     @override(InferenceOnlyAPI)
     def get_non_inference_attributes(self) -> List[str]:
-        return ["vf_torso", "vf", "hindsight_torso", "return_encoder", "hindsight", "reliability"]
+        return ["vf_torso", "vf", "hindsight_torso", "return_encoder", "hindsight", "trust",
+                "trust_evidence"]
 
     # --- forward passes ---------------------------------------------------------------
 
@@ -273,7 +279,7 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
             Columns.VF_PREDS: self._values(obs, policy_latent),
         }
         if RETURNS in batch and self.hindsight is not None:
-            out[HINDSIGHT_LOGITS] = self._hindsight_logits(obs, policy_latent, logits, batch[RETURNS])
+            out[HINDSIGHT_LOGITS] = self.hindsight_logits(obs, policy_latent, logits, batch[RETURNS])
         return out
 
     def _values(self, obs: torch.Tensor, policy_latent: Optional[torch.Tensor]) -> torch.Tensor:
@@ -283,13 +289,21 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
             latent = self.pi_torso(obs) if policy_latent is None else policy_latent
         return self.vf(latent).squeeze(-1)
 
-    def _hindsight_logits(
+    def policy_outputs(self, obs: torch.Tensor):
+        """`(latent, logits)` of the policy for a batch of observations."""
+        latent = self.pi_torso(obs)
+        return latent, self.pi(latent)
+
+    def hindsight_logits(
         self,
         obs: torch.Tensor,
         policy_latent: torch.Tensor,
         policy_logits: torch.Tensor,
         returns: torch.Tensor,
     ) -> torch.Tensor:
+        """Logits of `q(a | s, Z)` from the policy's latent and logits (`policy_outputs`)
+        and the returns `Z` (training module only)."""
+        self._require_training_module("hindsight_logits")
         torso = self.hindsight_config["torso"]
         if torso == "separate":
             latent = self.hindsight_torso(obs)
@@ -310,16 +324,37 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
 
     def hindsight_log_probs(self, batch: Dict[str, Any], returns: torch.Tensor) -> torch.Tensor:
         """`log q(a | s, Z)` for every action: Tensor[B, num_actions]."""
+        self._require_training_module("hindsight_log_probs")
         obs = batch[Columns.OBS]
-        latent = self.pi_torso(obs)
-        logits = self._hindsight_logits(obs, latent, self.pi(latent), returns)
-        return torch.log_softmax(logits, dim=-1)
+        latent, logits = self.policy_outputs(obs)
+        return torch.log_softmax(self.hindsight_logits(obs, latent, logits, returns), dim=-1)
+
+    def _require_training_module(self, what: str) -> None:
+        if self.inference_only:
+            raise RuntimeError(
+                f"{what}: this is the inference-only copy of the module (the EnvRunners' "
+                f"one, which `algo.get_module()` returns); the classifier lives on the "
+                f"learner: use hca_rllib.training_module(algo)")
+        if self.hindsight is None:
+            raise RuntimeError(
+                f"{what}: this module has no hindsight classifier (credit='a2c' with "
+                f"hindsight_loss_coeff=0 builds none)")
 
     def update_return_statistics(self, returns: torch.Tensor) -> None:
         self.return_encoder.update(returns)
 
     @torch.no_grad()
-    def update_reliability(self, batch_reliability: torch.Tensor, decay: float) -> torch.Tensor:
-        """Exponential moving average of the per-batch reliability; returns the new value."""
-        self.reliability.mul_(decay).add_((1.0 - decay) * batch_reliability)
-        return self.reliability.clone()
+    def update_trust(self, batch_trust: torch.Tensor, decay: float) -> torch.Tensor:
+        """`trust="batch"`: exponential moving average of the per-batch trust; returns
+        the new value."""
+        self.trust.mul_(decay).add_((1.0 - decay) * batch_trust)
+        return self.trust.clone()
+
+    @torch.no_grad()
+    def update_trust_evidence(self, batch_evidence: torch.Tensor, decay: float) -> torch.Tensor:
+        """`trust="evidence"`: fold this batch's `credit.calibration_evidence` into the
+        accumulated evidence (`credit.accumulate_evidence`); returns the new value."""
+        from hca_rllib import credit
+
+        self.trust_evidence.copy_(credit.accumulate_evidence(self.trust_evidence, batch_evidence, decay))
+        return self.trust_evidence.clone().double()

@@ -16,7 +16,7 @@ directory:
   method the mean over seeds on a common step grid (up to the shortest seed) with a 95%
   bootstrap band over seeds;
 * ``diagnostics_<env>.png`` per environment with HCA diagnostics: mutual information,
-  hindsight vs policy accuracy, reliability, C2A2C mask and HCA clip fractions;
+  hindsight vs policy accuracy, trust in the classifier, C2A2C mask and HCA clip fractions;
 * ``performance_profile_<env>.png`` per environment with 2 or more scored methods:
   rliable's performance profile of the final scores (fraction of seeds above tau);
 * ``report.md``: the runs found, the results table and the images;
@@ -72,8 +72,8 @@ DIAGNOSTIC_PANELS: Tuple[Tuple[str, str, Tuple[Tuple[str, str, str], ...]], ...]
      (("mutual_information", "-", ""),)),
     ("Hindsight vs policy accuracy", "argmax accuracy on taken actions (0-1)",
      (("hindsight_accuracy", "-", " hindsight"), ("policy_accuracy", "--", " policy"))),
-    ("Classifier reliability (trust)", "trust weight (0-1)",
-     (("reliability", "-", ""),)),
+    ("Trust in the classifier", "trust weight (0-1)",
+     (("trust", "-", " global"), ("decision_trust", "--", " per decision (mean)"))),
     ("C2A2C mask fraction", "fraction of steps masked (0-1)",
      (("c2a2c_mask_fraction", "-", ""),)),
     ("HCA ratio clip fraction", "fraction of ratios clipped (0-1)",

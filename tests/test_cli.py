@@ -104,7 +104,7 @@ def test_train_writes_results_config_checkpoint_tensorboard_and_wandb(tmp_path):
     lines = results(out)
     assert len(lines) >= 7 and lines[-1]["env_steps"] >= 2000
     assert [line["iteration"] for line in lines] == list(range(1, len(lines) + 1))
-    for key in ("score", "episode_return_mean", "mutual_information", "reliability", "steps_per_s", "time_s"):
+    for key in ("score", "episode_return_mean", "mutual_information", "trust", "steps_per_s", "time_s"):
         assert key in lines[-1]
     assert lines[-1]["score"] == lines[-1]["episode_return_mean"]  # CartPole: the episode is the game
     config = json.loads((out / "config.json").read_text())

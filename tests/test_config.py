@@ -27,7 +27,10 @@ def cartpole(**training) -> HCAConfig:
 
 INVALID = [
     # (id, training kwargs, regex the message must match)
-    ("credit", {"credit": "bogus"}, r"credit must be one of \['a2c', 'hca', 'c2a2c', 'mix'\].*'bogus'"),
+    ("credit", {"credit": "bogus"}, r"credit must be one of \['a2c', 'hca', 'c2a2c', 'mix', 'expected_hca'\].*'bogus'"),
+    ("trust", {"trust": "bogus"}, r"trust must be one of \['evidence', 'batch', None\], got 'bogus'"),
+    ("trust_max_scale", {"trust_max_scale": 0.0}, r"trust_max_scale must be in \(0\.0, inf\)"),
+    ("trust_information", {"trust_information": -1.0}, r"trust_information must be in \(0\.0, inf\)"),
     ("return_mode", {"return_mode": "td"}, r"return_mode must be one of \['bootstrap', 'monte_carlo'\].*'td'"),
     ("optimizer_type", {"optimizer_type": "sgd"}, r"optimizer_type must be one of \['rmsprop', 'adam'\].*'sgd'"),
     ("gamma_0", {"gamma": 0.0}, r"gamma must be in \(0\.0, 1\.0\]"),
@@ -41,8 +44,8 @@ INVALID = [
     ("hca_ratio_clip", {"hca_ratio_clip": 0.5}, r"hca_ratio_clip must be in \[1\.0, inf\)"),
     ("c2a2c_delta", {"c2a2c_delta": 0.0}, r"c2a2c_delta must be in \(0\.0, inf\)"),
     ("mix_eta", {"mix_eta": 1.5}, r"mix_eta must be in \[0\.0, 1\.0\]"),
-    ("reliability_z", {"reliability_z": 0.0}, r"reliability_z must be in \(0\.0, inf\)"),
-    ("reliability_decay", {"reliability_decay": 1.0}, r"reliability_decay must be in \[0\.0, 1\.0\)"),
+    ("trust_z", {"trust_z": 0.0}, r"trust_z must be in \(0\.0, inf\)"),
+    ("trust_decay", {"trust_decay": 1.0}, r"trust_decay must be in \[0\.0, 1\.0\)"),
     ("hindsight_epochs_neg", {"hindsight_epochs": -1}, r"hindsight_epochs must be an integer >= 0"),
     ("hindsight_epochs_float", {"hindsight_epochs": 1.5}, r"hindsight_epochs must be an integer >= 0"),
     ("rmsprop_alpha", {"rmsprop_alpha": 1.0}, r"rmsprop_alpha must be in \(0\.0, 1\.0\)"),
@@ -98,8 +101,8 @@ VALID = [
     ("hindsight_coeff_0_with_extra_passes", {"hindsight_loss_coeff": 0.0, "hindsight_epochs": 1}),
     ("hca_ratio_clip_1", {"hca_ratio_clip": 1.0}),
     ("mix_eta_edges", {"mix_eta": 0.0}),
-    ("reliability_z_none", {"reliability_z": None}),
-    ("reliability_decay_0", {"reliability_decay": 0.0}),
+    ("trust_none", {"trust": None}),
+    ("trust_decay_0", {"trust_decay": 0.0}),
     ("hindsight_epochs_3", {"hindsight_epochs": 3}),
     ("hindsight_lr", {"hindsight_lr": 1e-3}),
     ("adam", {"optimizer_type": "adam"}),
@@ -116,7 +119,15 @@ def test_valid_setting_accepted(kwargs):
 
 # The fields renamed so as not to collide with RLlib's names: each old name gives one line
 # naming the new field, however it comes in.
-RENAMES = [("optimizer", "optimizer_type", "adam"), ("returns", "return_mode", "monte_carlo")]
+RENAMES = [("optimizer", "optimizer_type", "adam"), ("returns", "return_mode", "monte_carlo"),
+           ("reliability_z", "trust_z", 3.0), ("reliability_information", "trust_information", 0.1),
+           ("reliability_decay", "trust_decay", 0.5)]
+REASON = {"optimizer": "so as not to collide with RLlib's names",
+          "returns": "so as not to collide with RLlib's names"}
+
+
+def _reason(old):
+    return REASON.get(old, "one name for the trust in the classifier")
 
 
 def test_renamed_fields_are_all_tested_and_not_rllib_fields():
@@ -131,20 +142,25 @@ def test_renamed_fields_are_all_tested_and_not_rllib_fields():
     assert rllib.optimizer == {}
 
 
+def test_reliability_z_none_points_at_trust_none():
+    with pytest.raises(ValueError, match=r"^'reliability_z' was renamed 'trust_z'; the pure estimator \(no trust\) is trust=None$"):
+        HCAConfig().training(reliability_z=None)
+
+
 @pytest.mark.parametrize("old,new,value", RENAMES)
 def test_old_field_name_in_training_names_the_new_one(old, new, value):
     with pytest.raises(ValueError) as error:
         HCAConfig().training(**{old: value})
     message = str(error.value)
     assert "\n" not in message
-    assert message == f"{old!r} was renamed {new!r} (so as not to collide with RLlib's names): use {new}={value!r}"
+    assert message == f"{old!r} was renamed {new!r} ({_reason(old)}): use {new}={value!r}"
     # The new name works and sets the field.
     assert getattr(HCAConfig().training(**{new: value}), new) == value
 
 
 @pytest.mark.parametrize("old,new,value", RENAMES)
 def test_old_field_name_in_a_config_dict_names_the_new_one(old, new, value):
-    with pytest.raises(ValueError, match=rf"^'{old}' was renamed '{new}' .*use {new}='{value}'$"):
+    with pytest.raises(ValueError, match=rf"^'{old}' was renamed '{new}' .*use {new}={value!r}$"):
         HCAConfig().update_from_dict({old: value})
     with pytest.raises(ValueError, match=rf"^'{old}' was renamed '{new}'"):
         HCAConfig.from_dict({"env": "CartPole-v1", old: value})
@@ -162,8 +178,7 @@ def test_old_field_name_in_cli_set_is_one_line_exit_2(old, new, value, tmp_path,
     code = main(["train", "--set", f"{old}={value}", "--output", str(tmp_path / "run")])
     err = capsys.readouterr().err
     assert code == 2
-    assert err == (f"hca-rllib: error: {old!r} was renamed {new!r} (so as not to collide with "
-                   f"RLlib's names): use {new}={value!r}\n")
+    assert err == f"hca-rllib: error: {old!r} was renamed {new!r} ({_reason(old)}): use {new}={value!r}\n"
     assert not (tmp_path / "run").exists()  # refused before anything is written
 
 
@@ -270,7 +285,7 @@ def _custom_config() -> HCAConfig:
         credit="c2a2c",
         c2a2c_soft=True,
         hindsight={"return_encoding": "bins", "num_bins": 7},
-        reliability_z=None,
+        trust=None,
         hindsight_epochs=2,
         lambda_=0.95,
     )
@@ -289,7 +304,7 @@ def test_to_dict_from_dict_round_trip():
     _assert_same_hca_fields(config, restored)
     assert restored.credit == "c2a2c" and restored.c2a2c_soft is True
     assert restored.hindsight["return_encoding"] == "bins" and restored.hindsight["num_bins"] == 7
-    assert restored.reliability_z is None and restored.hindsight_epochs == 2
+    assert restored.trust is None and restored.hindsight_epochs == 2
     assert restored.lambda_ == 0.95
     restored.validate()
 

@@ -1,5 +1,5 @@
-"""The learner connector piece on a hand-built batch in RLlib's layout (episode chunks,
-each followed by one artificial bootstrap step with LOSS_MASK False)."""
+"""The credit path's learner-connector pieces on a hand-built batch in RLlib's layout
+(episode chunks, each followed by one artificial bootstrap step with LOSS_MASK False)."""
 
 import gymnasium as gym
 import numpy as np
@@ -11,8 +11,10 @@ from ray.rllib.evaluation.postprocessing import Postprocessing
 from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 
 from hca_rllib import HCAConfig, credit
-from hca_rllib.connectors import ComputeCreditAdvantages
-from hca_rllib.module import RETURNS, HCATorchRLModule
+from ray.rllib.connectors.connector_pipeline_v2 import ConnectorPipelineV2
+
+from hca_rllib.connectors import CREDIT_STATE, ComputeCreditWeights, credit_pieces
+from hca_rllib.module import CREDIT_WEIGHTS, RETURNS, HCATorchRLModule
 
 MID = "default_policy"
 
@@ -46,9 +48,8 @@ def run(config, batch, module=None):
         model_config={"hindsight": config.hindsight, "uses_hindsight": config.uses_hindsight},
     )
     metrics = MetricsLogger()
-    out = ComputeCreditAdvantages(config=config)(
-        rl_module={MID: module}, batch={MID: batch}, episodes=[], metrics=metrics
-    )
+    pipeline = ConnectorPipelineV2(connectors=credit_pieces(config))
+    out = pipeline(rl_module={MID: module}, batch={MID: batch}, episodes=[], metrics=metrics)
     return out[MID], module, metrics
 
 
@@ -102,7 +103,7 @@ def test_untrained_policy_relative_classifier_gives_a2c_or_nothing(credit_mode):
     """q == pi at initialisation: the pure estimators give 0 (hca) or mask everything
     (c2a2c); with the default trust (which starts at 0) every mode is exactly A2C."""
     batch = make_batch(seed=1)
-    pure = HCAConfig().training(credit=credit_mode, reliability_z=None)
+    pure = HCAConfig().training(credit=credit_mode, trust=None)
     out, module, metrics = run(pure, dict(batch))
     v = values_of(module, batch)
     gae = credit.gae_advantages(batch[Columns.REWARDS], v, batch[Columns.TERMINATEDS], batch[Columns.TRUNCATEDS], 0.99, 1.0)
@@ -125,14 +126,14 @@ def test_non_finite_reward_leaves_running_statistics_untouched():
     batch = make_batch()
     _, module, _ = run(config, dict(batch))
     state = {k: v.clone() for k, v in module.return_encoder.state_dict().items()}
-    reliability = module.reliability.clone()
+    trust = module.trust.clone()
     poisoned = dict(make_batch(seed=5))
     poisoned[Columns.REWARDS] = poisoned[Columns.REWARDS].clone()
     poisoned[Columns.REWARDS][2] = float("nan")
     run(config, poisoned, module=module)
     for key, value in module.return_encoder.state_dict().items():
         assert torch.equal(value, state[key]), key
-    assert torch.equal(module.reliability, reliability)
+    assert torch.equal(module.trust, trust)
 
 
 # --------------------------------------------------------------------------------------
@@ -183,3 +184,99 @@ def test_evaluation_inputs_are_training_frame_stacks_across_episodes_and_cuts():
     # Zeros before an episode's first frame, the last four frames in order, per episode.
     expected = [[max(c - 3 + k, 0) for k in range(4)] for c in range(1, 8)]
     assert seen == expected + expected
+
+
+# --------------------------------------------------------------------------------------
+# Per-action weights and the evidence trust through the pieces.
+# --------------------------------------------------------------------------------------
+
+
+def _a2c_weights(module, batch, config):
+    v = values_of(module, batch)
+    gae = credit.gae_advantages(batch[Columns.REWARDS], v, batch[Columns.TERMINATEDS],
+                                batch[Columns.TRUNCATEDS], config.gamma, config.lambda_)
+    return credit.one_hot_weights(gae, batch[Columns.ACTIONS], 2)
+
+
+@pytest.mark.parametrize("credit_mode", ["expected_hca", "hca", "c2a2c", "mix"])
+def test_untrained_classifier_with_evidence_trust_is_a2c_exactly(credit_mode):
+    config = HCAConfig().training(credit=credit_mode, trust="evidence", trust_information=0.01)
+    batch = make_batch(seed=2)
+    out, module, metrics = run(config, dict(batch))
+    torch.testing.assert_close(out[CREDIT_WEIGHTS], _a2c_weights(module, batch, config))
+    reduced = metrics.reduce()
+    assert reduced[MID]["credit/trust"].peek() == 0.0
+    assert torch.count_nonzero(module.trust_evidence[1:]) == 0  # d = 0: no evidence at all
+
+
+def test_wrong_classifier_with_evidence_trust_falls_back_to_a2c():
+    """A classifier whose deviation from pi points away from the actions taken: its
+    held-out evidence is negative, trust stays 0, the weights are A2C's."""
+    config = HCAConfig().training(credit="expected_hca", trust="evidence", trust_decay=0.0)
+    batch = make_batch(seed=4)
+    actions = batch[Columns.ACTIONS]
+    module = HCATorchRLModule(
+        observation_space=gym.spaces.Box(-np.inf, np.inf, (4,), np.float32),
+        action_space=gym.spaces.Discrete(2), inference_only=False,
+        model_config={"hindsight": config.hindsight, "uses_hindsight": True})
+    module.hindsight_logits = lambda obs, latent, logits, returns: (
+        logits - 2.0 * torch.nn.functional.one_hot(actions, 2))
+    out, _, metrics = run(config, dict(batch), module=module)
+    reduced = metrics.reduce()
+    assert reduced[MID]["credit/trust_z"].peek() < 0
+    assert reduced[MID]["credit/trust"].peek() == 0.0
+    torch.testing.assert_close(out[CREDIT_WEIGHTS], _a2c_weights(module, batch, config))
+
+
+def test_right_classifier_with_evidence_trust_gives_expected_hca():
+    """A classifier whose deviation points at the actions taken, over enough chunks for
+    full trust: the weights are expected HCA's, scaled by the calibration."""
+    config = HCAConfig().training(credit="expected_hca", trust="evidence", trust_decay=0.0,
+                                  trust_max_scale=1.0)
+    rows = []
+    for seed in range(8):  # 16 chunks
+        rows.append(make_batch(seed=seed))
+    batch = {k: torch.cat([r[k] for r in rows]) for k in rows[0]}
+    actions = batch[Columns.ACTIONS]
+    module = HCATorchRLModule(
+        observation_space=gym.spaces.Box(-np.inf, np.inf, (4,), np.float32),
+        action_space=gym.spaces.Discrete(2), inference_only=False,
+        model_config={"hindsight": config.hindsight, "uses_hindsight": True})
+    module.hindsight_logits = lambda obs, latent, logits, returns: (
+        logits + 1.0 * torch.nn.functional.one_hot(actions, 2))
+    out, _, metrics = run(config, dict(batch), module=module)
+    assert metrics.reduce()[MID]["credit/trust"].peek() == 1.0
+    v = values_of(module, batch)
+    with torch.no_grad():
+        _, logits = module.policy_outputs(batch[Columns.OBS])
+    returns = credit.discounted_returns(batch[Columns.REWARDS], v, batch[Columns.TERMINATEDS],
+                                        batch[Columns.TRUNCATEDS], config.gamma)
+    pi = torch.softmax(logits, -1)
+    q = torch.softmax(logits + torch.nn.functional.one_hot(actions, 2), -1)
+    torch.testing.assert_close(out[CREDIT_WEIGHTS], credit.expected_hca_weights(returns, v, q, pi, 1.0))
+
+
+def test_pieces_share_one_state_per_module():
+    config = HCAConfig().training(credit="hca")
+    pipeline = ConnectorPipelineV2(connectors=credit_pieces(config))
+    shared = {}
+    module = HCATorchRLModule(
+        observation_space=gym.spaces.Box(-np.inf, np.inf, (4,), np.float32),
+        action_space=gym.spaces.Discrete(2), inference_only=False,
+        model_config={"hindsight": config.hindsight, "uses_hindsight": True})
+    pipeline(rl_module={MID: module}, batch={MID: make_batch()}, episodes=[], shared_data=shared)
+    state = shared[CREDIT_STATE][MID]
+    assert state.log_q_all is not None and "weights" in state.parts
+    with pytest.raises(RuntimeError, match="ComputeReturnsAndAdvantages must run first"):
+        ComputeCreditWeights(config=config)(rl_module={MID: module}, batch={MID: make_batch()},
+                                            episodes=[], shared_data={})
+
+
+def test_inference_only_module_says_where_the_classifier_lives():
+    light = HCATorchRLModule(
+        observation_space=gym.spaces.Box(-np.inf, np.inf, (4,), np.float32),
+        action_space=gym.spaces.Discrete(2), inference_only=True,
+        model_config={"uses_hindsight": True})
+    batch = make_batch()
+    with pytest.raises(RuntimeError, match=r"inference-only copy.*hca_rllib.training_module\(algo\)"):
+        light.hindsight_log_probs(batch, batch[Columns.REWARDS])

@@ -405,7 +405,7 @@ def test_credit_a2c_returns_gae_unchanged():
     inp = _credit_inputs()
     out = C.credit_advantage("a2c", **inp)
     assert torch.equal(out["advantages"], inp["gae"])
-    out = C.credit_advantage("a2c", **inp, reliability=torch.tensor(0.3))
+    out = C.credit_advantage("a2c", **inp, trust=torch.tensor(0.3))
     assert torch.equal(out["advantages"], inp["gae"])
 
 
@@ -447,42 +447,42 @@ def test_credit_mix_interpolates(eta):
     torch.testing.assert_close(out["hca_advantages"], hca)
 
 
-@pytest.mark.parametrize("mode", C.CREDIT_MODES)
-def test_zero_reliability_degrades_to_gae_exactly(mode):
+@pytest.mark.parametrize("mode", C.ONE_HOT_CREDIT_MODES)
+def test_zero_trust_degrades_to_gae_exactly(mode):
     inp = _credit_inputs()
-    out = C.credit_advantage(mode, **inp, mix_eta=0.7, reliability=torch.tensor(0.0))
+    out = C.credit_advantage(mode, **inp, mix_eta=0.7, trust=torch.tensor(0.0))
     assert torch.equal(out["advantages"], inp["gae"]), mode
     # Also when the classifier is exactly uninformative (q == pi).
     same = dict(inp, log_q_taken=inp["log_pi_taken"].clone())
-    out = C.credit_advantage(mode, **same, mix_eta=0.7, reliability=torch.tensor(0.0))
+    out = C.credit_advantage(mode, **same, mix_eta=0.7, trust=torch.tensor(0.0))
     assert torch.equal(out["advantages"], inp["gae"]), mode
 
 
-@pytest.mark.parametrize("mode", C.CREDIT_MODES)
+@pytest.mark.parametrize("mode", C.ONE_HOT_CREDIT_MODES)
 @pytest.mark.parametrize("soft", [False, True])
-def test_full_reliability_is_pure_estimator(mode, soft):
+def test_full_trust_is_pure_estimator(mode, soft):
     inp = _credit_inputs()
     kw = dict(mix_eta=0.7, soft_gate=soft, gate_delta=0.2, ratio_clip=5.0)
     pure = C.credit_advantage(mode, **inp, **kw)
-    trusted = C.credit_advantage(mode, **inp, **kw, reliability=torch.tensor(1.0))
+    trusted = C.credit_advantage(mode, **inp, **kw, trust=torch.tensor(1.0))
     assert pure.keys() == trusted.keys()
     for key in pure:
         torch.testing.assert_close(trusted[key], pure[key])
 
 
-def test_partial_reliability_interpolates():
+def test_partial_trust_interpolates():
     inp = _credit_inputs()
     w = torch.tensor(0.4)
     kw = dict(mix_eta=0.7, gate_delta=0.2, ratio_clip=5.0)
     hca = C.hca_advantage(inp["log_pi_taken"], inp["log_q_taken"], inp["returns"],
                           inp["values"], 5.0)
     gae = inp["gae"]
-    out = C.credit_advantage("hca", **inp, **kw, reliability=w)
+    out = C.credit_advantage("hca", **inp, **kw, trust=w)
     torch.testing.assert_close(out["advantages"], w * hca + (1 - w) * gae)
-    out = C.credit_advantage("mix", **inp, **kw, reliability=w)
+    out = C.credit_advantage("mix", **inp, **kw, trust=w)
     torch.testing.assert_close(out["advantages"], (1 - 0.7 * w) * gae + 0.7 * w * hca)
     gate = C.c2a2c_gate(inp["log_pi_taken"], inp["log_q_taken"], 0.2)
-    out = C.credit_advantage("c2a2c", **inp, **kw, reliability=w)
+    out = C.credit_advantage("c2a2c", **inp, **kw, trust=w)
     torch.testing.assert_close(out["gate"], (1 - w) + w * gate)
     torch.testing.assert_close(out["advantages"], ((1 - w) + w * gate) * gae)
 
@@ -560,56 +560,56 @@ def test_bandit_hca_unbiased_at_p03():
 
 
 # --------------------------------------------------------------------------------------
-# classifier_reliability.
+# batch_trust.
 # --------------------------------------------------------------------------------------
 
 
-def test_reliability_zero_for_zero_mean_noise():
+def test_batch_trust_zero_for_zero_mean_noise():
     rng = np.random.default_rng(0)
     noise = rng.normal(0.0, 1.0, 20_000)
     exactly_centred = torch.as_tensor(noise - noise.mean(), dtype=torch.float64)
-    assert C.classifier_reliability(exactly_centred).item() < 1e-3
+    assert C.batch_trust(exactly_centred).item() < 1e-3
     # Plain seeded noise: deterministic value, equal to the formula, below full trust.
     x = torch.as_tensor(noise, dtype=torch.float64)
     z = noise.mean() / (noise.std(ddof=1) / np.sqrt(len(noise)))
-    r = C.classifier_reliability(x).item()
+    r = C.batch_trust(x).item()
     assert math.isclose(r, float(np.clip(z / 2.0, 0, 1)), abs_tol=1e-9)
     assert r < 1.0
 
 
-def test_reliability_zero_for_negative_information():
+def test_batch_trust_zero_for_negative_information():
     rng = np.random.default_rng(1)
     x = torch.as_tensor(-np.abs(rng.normal(0.0, 1.0, 500)) - 0.01)
-    assert C.classifier_reliability(x).item() == 0.0
+    assert C.batch_trust(x).item() == 0.0
 
 
-def test_reliability_one_for_clear_information():
+def test_batch_trust_one_for_clear_information():
     rng = np.random.default_rng(2)
     x = torch.as_tensor(0.5 + rng.normal(0.0, 1.0, 1000))
-    assert C.classifier_reliability(x).item() == 1.0
+    assert C.batch_trust(x).item() == 1.0
     # Constant positive information: zero standard error, still fully trusted.
-    assert C.classifier_reliability(torch.full((10,), 0.2)).item() == 1.0
+    assert C.batch_trust(torch.full((10,), 0.2)).item() == 1.0
 
 
-def test_reliability_zero_for_too_few_samples():
-    assert C.classifier_reliability(torch.tensor([5.0])).item() == 0.0
-    assert C.classifier_reliability(torch.zeros(0)).item() == 0.0
+def test_batch_trust_zero_for_too_few_samples():
+    assert C.batch_trust(torch.tensor([5.0])).item() == 0.0
+    assert C.batch_trust(torch.zeros(0)).item() == 0.0
     mask = torch.tensor([False, True, False])
-    assert C.classifier_reliability(torch.tensor([1.0, 2.0, 3.0]), mask).item() == 0.0
+    assert C.batch_trust(torch.tensor([1.0, 2.0, 3.0]), mask).item() == 0.0
 
 
-def test_reliability_honours_mask_and_scale():
+def test_batch_trust_honours_mask_and_scale():
     rng = np.random.default_rng(3)
     good = 0.5 + rng.normal(0.0, 1.0, 400)
     bad = np.full(400, -10.0)
     x = torch.as_tensor(np.concatenate([good, bad]))
     mask = torch.as_tensor(np.r_[np.ones(400, bool), np.zeros(400, bool)])
-    assert C.classifier_reliability(x).item() == 0.0
-    assert C.classifier_reliability(x, mask).item() == 1.0
+    assert C.batch_trust(x).item() == 0.0
+    assert C.batch_trust(x, mask).item() == 1.0
     # An intermediate z-score is divided by z_full_trust.
     weak = rng.normal(0.0, 1.0, 400)
     weak = weak - weak.mean() + 1.5 * weak.std(ddof=1) / np.sqrt(400)  # z = 1.5
-    r = C.classifier_reliability(torch.as_tensor(weak), z_full_trust=3.0).item()
+    r = C.batch_trust(torch.as_tensor(weak), z_full_trust=3.0).item()
     assert math.isclose(r, 0.5, abs_tol=1e-6)
 
 

@@ -316,12 +316,12 @@ def test_bins_encoding():
 def test_inference_only(torso):
     full = make_module(torso=torso)
     light = make_module(inference_only=True, torso=torso)
-    for name in ("vf", "vf_torso", "hindsight", "hindsight_torso", "return_encoder", "reliability"):
+    for name in ("vf", "vf_torso", "hindsight", "hindsight_torso", "return_encoder", "trust", "trust_evidence"):
         assert getattr(light, name, None) is None, name
     full_keys = set(full.state_dict())
     light_keys = set(light.state_dict())
     assert light_keys and light_keys < full_keys
-    assert not any(k.startswith(("vf", "hindsight", "return_encoder", "reliability")) for k in light_keys)
+    assert not any(k.startswith(("vf", "hindsight", "return_encoder", "trust")) for k in light_keys)
 
     attributes = full.get_non_inference_attributes()
     for key in full_keys - light_keys:

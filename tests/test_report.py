@@ -177,14 +177,14 @@ def make_run(root: Path, env: str, algo: str, credit: str, seed: int, scores,
     for i, score in enumerate(scores):
         row = {key: None for key in (
             "episode_return_mean", "game_return_mean", "mutual_information",
-            "hindsight_accuracy", "policy_accuracy", "reliability", "hca_ratio_mean",
+            "hindsight_accuracy", "policy_accuracy", "trust", "hca_ratio_mean",
             "hca_clip_fraction", "c2a2c_mask_fraction", "policy_loss")}
         row.update(iteration=i + 1, env_steps=(i + 1) * STEPS_PER_ITERATION + seed,
                    time_s=i * 0.5, steps_per_s=1000.0, score=score)
         row["game_return_mean" if game else "episode_return_mean"] = score
         if diagnostics:
             row.update(mutual_information=0.01 * i, hindsight_accuracy=0.5 + 0.02 * i,
-                       policy_accuracy=0.5 + 0.01 * i, reliability=min(1.0, 0.1 * i),
+                       policy_accuracy=0.5 + 0.01 * i, trust=min(1.0, 0.1 * i),
                        hca_clip_fraction=0.05, c2a2c_mask_fraction=0.3 if credit == "c2a2c" else None)
         lines.append(json.dumps(row))
     text = "\n".join(lines) + "\n"
