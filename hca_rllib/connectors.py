@@ -229,19 +229,24 @@ class ComputeCreditWeights(_CreditPiece):
             trust = self._update_batch_trust(module, batch, s.finite)
             diagnostics["credit/trust"] = trust
             return trust, 1.0
-        evidence = credit.calibration_evidence(s.actions, pi_probs, q_probs, s.mask)
+        bins = credit.evidence_bins(pi_probs, q_probs, config.trust_bins)
+        num_bins = len(config.trust_bins) + 1
+        evidence = credit.calibration_evidence(s.actions, pi_probs, q_probs, s.mask, bins=bins, num_bins=num_bins)
         accumulated = self._update_evidence(module, evidence, s.finite)
-        global_trust = credit.evidence_trust(accumulated, config.trust_z, config.trust_max_scale)
-        module.trust.fill_(float(global_trust["trust"]))
-        per_decision = credit.decision_trust(global_trust["trust"], pi_probs, q_probs, config.trust_information)
+        per_bin = credit.evidence_trust(accumulated, config.trust_z, config.trust_max_scale)
+        per_decision = credit.decision_trust(per_bin["trust"], pi_probs, q_probs, config.trust_information, bins)
+        # The headline numbers are those of the most informative bin that has evidence.
+        top = int(torch.nonzero(accumulated[:, 0] >= 2.0).max()) if bool((accumulated[:, 0] >= 2.0).any()) else 0
+        module.trust.fill_(float(per_bin["trust"][top]))
         diagnostics.update({
-            "credit/trust": global_trust["trust"],
-            "credit/trust_z": global_trust["z"],
-            "credit/trust_scale": global_trust["scale"],
+            "credit/trust": per_bin["trust"][top],
+            "credit/trust_z": per_bin["z"][top],
+            "credit/trust_scale": per_bin["scale"][top],
             "credit/decision_trust": per_decision[s.mask].mean(),
         })
-        scale = global_trust["scale"] if config.credit == "expected_hca" else 1.0
-        return per_decision, scale
+        if config.credit != "expected_hca":
+            return per_decision, 1.0
+        return per_decision, per_bin["scale"][bins]
 
     def _update_batch_trust(self, module, batch_trust, finite: bool):
         """Fold this batch's trust into the moving average (averaged over learner ranks);
@@ -264,8 +269,9 @@ class ComputeCreditWeights(_CreditPiece):
         evidence; a non-finite batch on any rank leaves it unchanged."""
         if _num_learners() > 1:
             flags = evidence.new_tensor([float(finite), 1.0])
-            shared = _sum_over_learners(torch.cat([evidence if finite else torch.zeros_like(evidence), flags]))
-            evidence, finite = shared[:4], bool(shared[4] == shared[5])
+            flat = (evidence if finite else torch.zeros_like(evidence)).flatten()
+            shared = _sum_over_learners(torch.cat([flat, flags]))
+            evidence, finite = shared[:-2].view_as(evidence), bool(shared[-2] == shared[-1])
         if not finite or not bool(torch.isfinite(evidence).all()):
             return module.trust_evidence.clone().double()
         return module.update_trust_evidence(evidence, self.config.trust_decay)

@@ -197,12 +197,29 @@ def chunk_ids(mask: torch.Tensor) -> torch.Tensor:
     return torch.cumsum(ends, 0) - ends
 
 
+def claimed_information(pi_probs: torch.Tensor, q_probs: torch.Tensor) -> torch.Tensor:
+    """`KL(q_t || pi_t)` per decision: the information (nats) the classifier claims the
+    return holds about the action there (its expectation under `a ~ q` of `log q - log pi`)."""
+    return (q_probs * (torch.log(q_probs.clamp(min=1e-12)) - torch.log(pi_probs.clamp(min=1e-12)))).sum(-1)
+
+
+def evidence_bins(pi_probs: torch.Tensor, q_probs: torch.Tensor, edges=()) -> torch.Tensor:
+    """The evidence bin of every decision: the index of its `claimed_information` among
+    the increasing `edges` (nats); no edges: one bin."""
+    if not len(edges):
+        return torch.zeros(q_probs.shape[:-1], dtype=torch.long, device=q_probs.device)
+    boundaries = torch.as_tensor(list(edges), dtype=torch.float64, device=q_probs.device)
+    return torch.bucketize(claimed_information(pi_probs, q_probs).to(torch.float64), boundaries)
+
+
 def calibration_evidence(
     actions: torch.Tensor,
     pi_probs: torch.Tensor,
     q_probs: torch.Tensor,
     mask: torch.Tensor,
     chunks: Optional[torch.Tensor] = None,
+    bins: Optional[torch.Tensor] = None,
+    num_bins: int = 1,
 ) -> torch.Tensor:
     """This batch's held-out evidence that `q` knows something `pi` does not.
 
@@ -211,27 +228,35 @@ def calibration_evidence(
     `d_t = ||q_t - pi_t||^2` (how far it deviates). If `q` is the posterior `h`
     shrunk toward `pi` by `alpha` (`q = pi + alpha (h - pi)`),
     `E[x_t | s, Z] = alpha ||h - pi||^2` and `d_t = alpha^2 ||h - pi||^2`: `sum x /
-    sum d` estimates `1 / alpha` (`evidence_trust`'s scale), and `x_t` has mean 0 when
+    sum d` estimates `1 / alpha` (`evidence_trust`'s scale); `x_t` has mean 0 when
     the deviation is unrelated to the action (noise), and is negative when it points
     the wrong way. The steps of one episode chunk are one unit: `x` and `d` are summed
-    per chunk.
+    per chunk (`chunks` defaults to `chunk_ids(mask)`), and per evidence bin (`bins`,
+    from `evidence_bins`; default: one bin).
 
-    Returns `[n, sum_c x_c, sum_c x_c^2, sum_c d_c]` (float64) over the chunks `c` with
-    at least one real row; `chunks` defaults to `chunk_ids(mask)`.
+    Returns, per bin, `[n, sum_c x_c, sum_c x_c^2, sum_c d_c]` over the (chunk, bin)
+    units with at least one real row: float64 of shape `[num_bins, 4]`.
     """
     mask = mask.bool()
     chunks = chunk_ids(mask) if chunks is None else chunks
+    bins = torch.zeros_like(chunks) if bins is None else bins.long()
     deviation = (q_probs - pi_probs).to(torch.float64)
     taken = deviation.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
     x = (taken - (pi_probs.to(torch.float64) * deviation).sum(-1)) * mask
     d = (deviation * deviation).sum(-1) * mask
-    size = int(chunks.max()) + 1 if chunks.numel() else 0
-    per_x = torch.zeros(size, dtype=torch.float64, device=x.device).index_add_(0, chunks, x)
-    per_d = torch.zeros(size, dtype=torch.float64, device=x.device).index_add_(0, chunks, d)
-    real = torch.zeros(size, dtype=torch.float64, device=x.device).index_add_(
-        0, chunks, mask.to(torch.float64)) > 0
-    per_x, per_d = per_x[real], per_d[real]
-    return torch.stack([real.sum().to(torch.float64), per_x.sum(), (per_x * per_x).sum(), per_d.sum()])
+    num_chunks = int(chunks.max()) + 1 if chunks.numel() else 0
+    unit = chunks * num_bins + bins
+    size = num_chunks * num_bins
+    zeros = lambda: torch.zeros(size, dtype=torch.float64, device=x.device)  # noqa: E731
+    per_x, per_d = zeros().index_add_(0, unit, x), zeros().index_add_(0, unit, d)
+    real = zeros().index_add_(0, unit, mask.to(torch.float64)) > 0
+    unit_bin = torch.arange(size, device=x.device) % num_bins
+    out = torch.zeros(num_bins, 4, dtype=torch.float64, device=x.device)
+    out[:, 0].index_add_(0, unit_bin, real.to(torch.float64))
+    out[:, 1].index_add_(0, unit_bin, per_x * real)
+    out[:, 2].index_add_(0, unit_bin, per_x * per_x * real)
+    out[:, 3].index_add_(0, unit_bin, per_d * real)
+    return out
 
 
 def accumulate_evidence(state: torch.Tensor, batch_evidence: torch.Tensor, decay: float) -> torch.Tensor:
@@ -243,26 +268,29 @@ def accumulate_evidence(state: torch.Tensor, batch_evidence: torch.Tensor, decay
 def evidence_trust(
     evidence: torch.Tensor, z_full_trust: float = 2.0, max_scale: float = 1.0
 ) -> Dict[str, torch.Tensor]:
-    """Global trust and calibration scale from accumulated `calibration_evidence`.
+    """Trust and calibration scale per evidence bin, from accumulated `calibration_evidence`.
 
     `z = sum_c x_c / SE`, the standard error from the spread of the per-chunk sums
     (chunks, not steps, are independent); trust is 0 up to `z = z_full_trust / 2`
     (a classifier of pure noise clears that with probability 0.16 at the default 2),
     rising linearly to 1 at `z_full_trust`. The calibration `scale = sum x / sum d`
     is clipped to `[0, max_scale]` (1 / alpha in the shrinkage model above; 1 for a
-    calibrated classifier). Both are 0 without evidence (`q == pi`: `d = 0`).
+    calibrated classifier). Both are 0 without evidence (fewer than 2 units, or
+    `q == pi`: `d = 0`).
 
-    Returns `trust`, `scale` and `z` (float32 scalars).
+    `evidence`: `[4]` or `[num_bins, 4]`; returns `trust`, `scale` and `z` (float32,
+    scalars or one per bin).
     """
-    n, sx, sxx, sd = (evidence[i].to(torch.float64) for i in range(4))
-    zero = torch.zeros((), dtype=torch.float32, device=evidence.device)
-    if float(n) < 2.0 or float(sd) <= 1e-12:
-        return {"trust": zero, "scale": zero, "z": zero}
-    variance = torch.clamp((sxx - sx * sx / n) / (n - 1.0), min=0.0)
-    z = sx / torch.clamp(torch.sqrt(n * variance), min=1e-12)
+    ev = evidence.to(torch.float64)
+    n, sx, sxx, sd = ev[..., 0], ev[..., 1], ev[..., 2], ev[..., 3]
+    usable = (n >= 2.0) & (sd > 1e-12)
+    safe_n = torch.where(usable, n, torch.full_like(n, 2.0))
+    variance = torch.clamp((sxx - sx * sx / safe_n) / (safe_n - 1.0), min=0.0)
+    z = torch.where(usable, sx / torch.clamp(torch.sqrt(safe_n * variance), min=1e-12), torch.zeros_like(n))
     onset = 0.5 * z_full_trust
     trust = torch.clamp((z - onset) / (z_full_trust - onset), 0.0, 1.0)
-    scale = torch.clamp(sx / sd, 0.0, max_scale)
+    scale = torch.where(usable, torch.clamp(sx / torch.where(usable, sd, torch.ones_like(sd)), 0.0, max_scale),
+                        torch.zeros_like(n))
     return {"trust": trust.float(), "scale": scale.float(), "z": z.float()}
 
 
@@ -271,15 +299,21 @@ def decision_trust(
     pi_probs: torch.Tensor,
     q_probs: torch.Tensor,
     information_full_trust: Optional[float] = None,
+    bins: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
-    """Per-decision trust `w_t = trust * min(1, KL(q_t || pi_t) / information_full_trust)`:
-    a decision where the classifier claims no information keeps A2C's gradient.
-    `information_full_trust=None`: `w_t = trust` everywhere."""
+    """Per-decision trust: the trust of the decision's evidence bin (`trust[bins]`; a
+    scalar `trust` applies to all), times `min(1, claimed_information / information_full_trust)`
+    if that is set: a decision where the classifier claims no information keeps A2C's
+    gradient."""
     trust = torch.as_tensor(trust, dtype=torch.float32, device=q_probs.device)
+    if trust.dim() == 0:
+        per = trust.expand(q_probs.shape[:-1])
+    else:
+        per = trust[torch.zeros(q_probs.shape[:-1], dtype=torch.long, device=q_probs.device) if bins is None else bins]
     if information_full_trust is None:
-        return trust.expand(q_probs.shape[:-1])
-    claimed = (q_probs * (torch.log(q_probs.clamp(min=1e-12)) - torch.log(pi_probs.clamp(min=1e-12)))).sum(-1)
-    return trust * torch.clamp(claimed / information_full_trust, 0.0, 1.0)
+        return per
+    claimed = claimed_information(pi_probs, q_probs)
+    return per * torch.clamp(claimed / information_full_trust, 0.0, 1.0).to(per.dtype)
 
 
 # --- Policy-gradient weights (method note, section 2) ----------------------------------
@@ -308,6 +342,9 @@ def expected_hca_weights(
     higher variance, no ratio to clip, and exactly 0 where `q == pi`.
     """
     centred = (returns - values).unsqueeze(-1)
+    scale = torch.as_tensor(scale, dtype=centred.dtype, device=centred.device)
+    if scale.dim() == 1:  # one per step
+        scale = scale.unsqueeze(-1)
     return scale * centred * (q_probs - pi_probs)
 
 

@@ -98,6 +98,10 @@ HCA_TRAINING_DEFAULTS: Dict[str, Any] = {
     # `expected_hca` with `evidence` trust: the largest calibration scale applied to
     # q - pi (1 / alpha for a classifier shrunk toward pi by alpha).
     "trust_max_scale": 4.0,
+    # `evidence`: edges (nats, increasing) of the bins of claimed information
+    # KL(q || pi) whose evidence is kept apart; each decision takes its bin's trust and
+    # scale. []: one bin for all decisions.
+    "trust_bins": [],
     # Hindsight classifier architecture (method note, section 3).
     "hindsight": copy.deepcopy(HINDSIGHT_DEFAULTS),
     "hindsight_loss_coeff": 1.0,
@@ -265,6 +269,7 @@ class HCAConfig(AlgorithmConfig):
         return super()._model_config_auto_includes | copy.deepcopy(env_family(self.env).model_config) | {
             "hindsight": copy.deepcopy(self.hindsight),
             "uses_hindsight": self.uses_hindsight,
+            "evidence_bins": len(self.trust_bins) + 1,
         }
 
     @override(AlgorithmConfig)
@@ -337,6 +342,11 @@ class HCAConfig(AlgorithmConfig):
                      low_open=True, high_open=True)
         in_range("trust_decay", self.trust_decay, 0.0, 1.0, high_open=True)
         in_range("trust_max_scale", self.trust_max_scale, 0.0, math.inf, low_open=True, high_open=True)
+        bins = self.trust_bins
+        if (not isinstance(bins, (list, tuple)) or any(
+                isinstance(e, bool) or not isinstance(e, (int, float)) or not math.isfinite(e) or e <= 0
+                for e in bins) or list(bins) != sorted(set(bins))):
+            fail(f"trust_bins must be a list of increasing positive numbers (nats), got {bins!r}")
         if self.hindsight_lr is not None:
             in_range("hindsight_lr", self.hindsight_lr, 0.0, math.inf, low_open=True, high_open=True)
         if self.credit in HINDSIGHT_CREDIT_MODES and self.hindsight_loss_coeff == 0 and self.hindsight_epochs == 0:

@@ -240,7 +240,7 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
         # the last global trust) starts at 0, i.e. as A2C; `trust_evidence` holds the
         # accumulated `credit.calibration_evidence` [n, sum x, sum x^2, sum d].
         self.register_buffer("trust", torch.zeros(()))
-        self.register_buffer("trust_evidence", torch.zeros(4))
+        self.register_buffer("trust_evidence", torch.zeros(int(config.get("evidence_bins", 1)), 4))
         h_width = (self.hindsight_torso or self.pi_torso).output_dim
         self.hindsight = _mlp(h_width + self.return_encoder.output_dim, list(h["hiddens"]), num_actions)
         _orthogonal_init(self.hindsight, math.sqrt(2))

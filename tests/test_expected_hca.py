@@ -113,9 +113,9 @@ def test_shrunk_posterior_bias_is_what_the_closed_form_says(alpha):
     actions = torch.as_tensor(np.where(took_a, 0, 1))
     chunks = torch.arange(n)  # one decision per episode
     evidence = C.calibration_evidence(actions, pi, _probs(q), torch.ones(n, dtype=torch.bool), chunks)
-    assert float(evidence[1] / evidence[3]) == pytest.approx(1 / alpha, rel=0.05)
+    assert float(evidence[0, 1] / evidence[0, 3]) == pytest.approx(1 / alpha, rel=0.05)
     # With that scale, expected HCA is unbiased again.
-    scaled = g * float(evidence[1] / evidence[3])
+    scaled = g * float(evidence[0, 1] / evidence[0, 3])
     assert abs(scaled.mean() - 0.2) < 4 * scaled.std(ddof=1) / math.sqrt(n)
 
 
@@ -240,7 +240,7 @@ def test_calibration_evidence_sums_per_chunk_brute_force():
         xs[c] = xs.get(c, 0.0) + float(np.dot(e - pi[t].numpy(), dev))
         ds[c] = ds.get(c, 0.0) + float(np.dot(dev, dev))
     x = np.array(list(xs.values()))
-    np.testing.assert_allclose(ev.numpy(), [len(x), x.sum(), (x * x).sum(), sum(ds.values())], rtol=1e-10)
+    np.testing.assert_allclose(ev[0].numpy(), [len(x), x.sum(), (x * x).sum(), sum(ds.values())], rtol=1e-10)
     # Artificial rows close their chunk: 7 chunks of 5 real rows.
     assert torch.equal(torch.bincount(chunks), torch.full((7,), 6))
 
@@ -304,3 +304,27 @@ def test_credit_weights_expected_mode_blends_with_per_decision_trust():
     # One-hot modes through the same function: A_t * onehot(a_t).
     hca = C.credit_weights("hca", trust=torch.tensor(0.5, dtype=F64), **common)
     torch.testing.assert_close(hca["weights"], C.one_hot_weights(hca["advantages"], actions, 3))
+
+
+def test_evidence_bins_keep_the_evidence_of_each_kind_of_decision_apart():
+    """Decisions where the classifier claims much information are right, those where it
+    claims little are noise: one bin mixes them, two bins trust only the first kind."""
+    actions, pi, q, mask = _classifier_batch("exact", n_chunks=300, seed=9)
+    rng = np.random.default_rng(10)
+    # Replace the uninformative decisions' q by small noise deviations (claimed < 0.01 nats).
+    noise = torch.softmax(torch.log(pi) + torch.as_tensor(rng.normal(0, 0.05, pi.shape)), -1)
+    informative = (q - pi).abs().sum(-1) > 0
+    q = torch.where(informative.unsqueeze(-1), q, noise)
+    edges = (0.01,)
+    bins = C.evidence_bins(pi, q, edges)
+    assert torch.equal(bins, informative.long())
+    ev = C.calibration_evidence(actions, pi, q, mask, bins=bins, num_bins=2)
+    assert ev.shape == (2, 4)
+    out = C.evidence_trust(ev, max_scale=4.0)
+    assert float(out["trust"][1]) == 1.0 and float(out["scale"][1]) == pytest.approx(1.0, abs=0.15)
+    assert float(out["trust"][0]) < 1.0 and float(out["z"][0]) < 0.2 * float(out["z"][1])
+    w = C.decision_trust(out["trust"], pi, q, bins=bins)
+    assert torch.all(w[informative] == 1.0)
+    # The sums of x and d over the bins are the one-bin sums.
+    one = C.calibration_evidence(actions, pi, q, mask)
+    torch.testing.assert_close(ev[:, [1, 3]].sum(0), one[0, [1, 3]])
