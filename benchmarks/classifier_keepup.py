@@ -34,7 +34,7 @@ return statistics (`module.update_return_statistics(returns, values)`); until
 Reproduce (from the repository root):
 
     .venv/bin/python benchmarks/classifier_keepup.py --num-seeds 3 --time-limit-min 60
-    .venv/bin/python benchmarks/classifier_keepup.py --options default lr10x_ep4_mem4 --num-seeds 5
+    .venv/bin/python benchmarks/classifier_keepup.py --options default h128_lr10x_ep4_mem4 --num-seeds 5
     .venv/bin/python benchmarks/classifier_keepup.py --report-only
     .venv/bin/python benchmarks/classifier_keepup.py --quick               # smoke test
 """
@@ -44,6 +44,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
@@ -77,6 +79,7 @@ QUICK_STEPS = 3_072  # 6 iterations: a 5-iteration peak exists
 TARGET_FRACTION = 0.5
 LR = 7e-4
 METRIC = "info/mutual_information"
+EARLY_ITERATIONS = 20
 
 SETTING_NAMES = ("delayed_effect_L30_sd0", "delayed_effect_L10_sd1", "key_to_door_L40_sd1")
 SETTINGS = {name: ANALYSIS_SETTINGS[name] for name in SETTING_NAMES}
@@ -95,12 +98,18 @@ OPTIONS: Dict[str, Dict[str, Any]] = {
     "advantage": {"hindsight": {"return_input": "advantage"}},
     "balanced": {"hindsight": {"balanced": True}},
     "ep2_mem4": {"hindsight_epochs": 2, "hindsight_memory": 4},
-    # combinations
-    "lr10x_ep4": {"hindsight_lr": 10 * LR, "hindsight_epochs": 4},
-    "lr10x_ep4_mem4": {"hindsight_lr": 10 * LR, "hindsight_epochs": 4, "hindsight_memory": 4},
-    "lr10x_ep4_mem4_bal": {"hindsight_lr": 10 * LR, "hindsight_epochs": 4,
-                           "hindsight_memory": 4, "hindsight": {"balanced": True}},
-    "lr3x_ep4_mem4": {"hindsight_lr": 3 * LR, "hindsight_epochs": 4, "hindsight_memory": 4},
+    # combinations of the best single factors (hiddens, lr, epochs), then memory and
+    # balanced on top
+    "h128_lr10x": {"hindsight_lr": 10 * LR, "hindsight": {"hiddens": [128, 128]}},
+    "h128_lr10x_ep4": {"hindsight_lr": 10 * LR, "hindsight_epochs": 4,
+                       "hindsight": {"hiddens": [128, 128]}},
+    "h128_lr10x_ep4_mem4": {"hindsight_lr": 10 * LR, "hindsight_epochs": 4,
+                            "hindsight_memory": 4, "hindsight": {"hiddens": [128, 128]}},
+    "h128_lr10x_ep4_mem4_bal": {"hindsight_lr": 10 * LR, "hindsight_epochs": 4,
+                                "hindsight_memory": 4,
+                                "hindsight": {"hiddens": [128, 128], "balanced": True}},
+    "h128_lr3x_ep4_mem4": {"hindsight_lr": 3 * LR, "hindsight_epochs": 4,
+                           "hindsight_memory": 4, "hindsight": {"hiddens": [128, 128]}},
 }
 QUICK_SETTINGS = ("delayed_effect_L10_sd1",)
 QUICK_OPTIONS = ("default", "all_new")
@@ -182,6 +191,20 @@ def information_fraction(data: Dict[str, Any]) -> Optional[float]:
     return peak * info["episode_length"] / info["information_visible"]
 
 
+def early_fraction(data: Dict[str, Any], iterations: int = EARLY_ITERATIONS) -> Optional[float]:
+    """The same fraction from the mean (not the peak) of the held-out diagnostic over
+    the first `iterations` iterations: no selection of the best window, so no upward
+    bias from the noise of a per-batch estimate (None where the stored curve is
+    downsampled or too short, or not a delayed effect)."""
+    curve = (data.get("diagnostics") or {}).get(METRIC)
+    info = data["information"]
+    if (SETTINGS[data["setting"]]["task"] != "delayed_effect" or not curve
+            or data.get("diagnostics_stride", 1) != 1 or len(curve) < iterations):
+        return None
+    values = [v for v in curve[:iterations] if v is not None]
+    return float(np.mean(values)) * info["episode_length"] / info["information_visible"]
+
+
 def aggregate(out: Path) -> Dict[str, Any]:
     runs = load_runs(out, "*/*_seed*.json", ("setting", "option", "seed"))
     summary: Dict[str, Any] = {"command": command_line(), "target_fraction": TARGET_FRACTION,
@@ -209,6 +232,7 @@ def aggregate(out: Path) -> Dict[str, Any]:
                 "overrides": OPTIONS[option], "seeds": list(score),
                 "score": list(score.values()), "score_mean": mean, "score_ci": [low, high],
                 "peak_mi_per_step_mean": nan_mean(peaks.values()),
+                "early_fraction_mean": nan_mean(early_fraction(d) for d in datas.values()),
                 "mi_last10_mean": nan_mean(d["diagnostics_last10"].get(METRIC)
                                            for d in datas.values()),
                 "p_good_final_mean": nan_mean(d["p_good_action_final"] for d in datas.values()),
@@ -239,7 +263,10 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
         f"target >= {TARGET_FRACTION}. Key-to-door: score = that peak in nats per step (not "
         "per decision). Mean over seeds with a 95% bootstrap CI; diff = paired per-seed "
         "difference to `default` (95% CI, **bold** when it excludes 0); p = pi(optimal first "
-        "action) at the end (the same policy for every option up to float noise: a2c).",
+        "action) at the end (the same policy for every option up to float noise: a2c). "
+        f"The peak is the largest of ~{STEPS // 512} noisy 5-iteration means, biased upward; "
+        f"the column from the plain mean of iterations 1-{EARLY_ITERATIONS} has no such "
+        "selection (it includes the classifier's first, untrained iterations).",
         "",
     ]
     for name, entry in summary["settings"].items():
@@ -250,8 +277,9 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
                   f"{info['information_visible']:.3f} nats per decision, episode length "
                   f"{info['episode_length']}.", "",
                   "| option | overrides | score (95% CI) | diff vs default | "
+                  f"fraction from the mean of iterations 1-{EARLY_ITERATIONS} | "
                   "peak MI / step | MI last10 / step | p | n |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  "|---|---|---|---|---|---|---|---|---|"]
         for option, s in entry["options"].items():
             vs = s.get("vs_default")
             diff = "—"
@@ -262,6 +290,7 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
                      f"{s['score_mean']:.3f} [{s['score_ci'][0]:.3f}, {s['score_ci'][1]:.3f}]")
             ov = ", ".join(f"{k}={v}" for k, v in s["overrides"].items()) or "(defaults)"
             lines.append(f"| {option} | {ov} | {score} | {diff} | "
+                         f"{fmt(s['early_fraction_mean'], 3)} | "
                          f"{fmt(s['peak_mi_per_step_mean'], 4)} | {fmt(s['mi_last10_mean'], 4)} | "
                          f"{fmt(s['p_good_final_mean'])} | {len(s['seeds'])} |")
         lines.append("")
