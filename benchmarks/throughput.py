@@ -103,7 +103,7 @@ After the rounds (skip with ``--no-details``):
   to batch, frame stacking, GAE/credit including, for HCA, the no-grad classifier pass
   the advantage needs), then the learner's own pieces one at a time: the module's
   policy and value forward pass (``forward``, as in ``HCATorchRLModule._forward_train``),
-  the hindsight head (``hindsight``: ``_hindsight_logits`` on the same latent, with
+  the hindsight head (``hindsight``: ``hindsight_logits`` on the same latent, with
   gradient), ``compute_losses`` (``loss``), ``compute_gradients`` (``backward``:
   zero_grad + ``loss.backward()``) and ``postprocess_gradients`` + ``apply_gradients``
   (``step``: global-norm clip, the non-finite check, the optimizer steps). Beside them,
@@ -599,7 +599,7 @@ def learner_split(env: str, method: str, reps: int, quick: bool) -> Dict[str, An
                    Columns.VF_PREDS: module._values(obs, latent)}
             t2 = clock()
             if has_hindsight:
-                fwd[HINDSIGHT_LOGITS] = module._hindsight_logits(obs, latent, logits, b[RETURNS])
+                fwd[HINDSIGHT_LOGITS] = module.hindsight_logits(obs, latent, logits, b[RETURNS])
             t3 = clock() if has_hindsight else t2
             losses = learner.compute_losses(fwd_out={mid: fwd}, batch={mid: b})
             t4 = clock()
@@ -615,7 +615,7 @@ def learner_split(env: str, method: str, reps: int, quick: bool) -> Dict[str, An
                 module._values(obs, c_latent)
                 t8 = clock()
                 if has_hindsight:
-                    module._hindsight_logits(obs, c_latent, c_logits, b[RETURNS])
+                    module.hindsight_logits(obs, c_latent, c_logits, b[RETURNS])
                 t9 = clock() if has_hindsight else t8
             eps = copy.deepcopy(episodes)
             t10 = clock()

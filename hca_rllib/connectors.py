@@ -170,8 +170,10 @@ class ComputeHindsightLogProbs(_CreditPiece):
         finite = bool(torch.isfinite(real).all() and torch.isfinite(real_values).all())
         if _num_learners() == 1:
             if finite:
-                module.update_return_statistics(real)
+                module.update_return_statistics(real, real_values.double())
             return finite
+        # What the encoder sees: Z, or Z - V under hindsight.return_input="advantage".
+        real = module.return_encoder_input(real, real_values.double()) if finite else real
         sums = _sum_over_learners(
             torch.stack([real.new_tensor(real.numel()), real.sum(), (real * real).sum(),
                          real.new_tensor(float(finite)), real.new_tensor(1.0)])

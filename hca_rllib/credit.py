@@ -543,3 +543,65 @@ def explained_variance(
     if variance <= 1e-12:
         return torch.zeros((), device=t.device)
     return 1.0 - (t - p).var(unbiased=False) / variance
+
+
+# --- Policy-independent (balanced) classifier training ---------------------------------
+#
+# Write the policy-relative classifier as q(a|s,Z) = softmax_a(log pi(a|s) + f(s,Z,a)).
+# Train f alone, as the classifier softmax_a(f), by cross-entropy with per-example
+# weights w(s,a) = 1 / (A pi(a|s)) on data a ~ pi(.|s), Z ~ P(Z|s,a). At each (s, Z) the
+# expected loss is
+#     sum_a pi(a|s) P(Z|s,a) w(s,a) [-log softmax(f)_a] = (1/A) sum_a P(Z|s,a) [-log softmax(f)_a],
+# the cross-entropy against the weights P(Z|s,a) / sum_b P(Z|s,b): its minimiser is
+# softmax(f)_a = P(Z|s,a) / sum_b P(Z|s,b), i.e. f = log P(Z|s,a) + c(s,Z), whatever pi.
+# Then softmax(log pi + f)_a = pi(a|s) P(Z|s,a) / sum_b pi(b|s) P(Z|s,b): Bayes'
+# posterior P(a|s,Z) under the *current* pi, for any pi plugged in at inference. The
+# policy that collected the data only enters through the weights (stored with the
+# data), so old batches train the same f: the lag of a replayed batch is only that of
+# P(Z|s,a) itself (the policy after step t), not that of pi(a|s).
+#
+# The weights are clipped, w = min(1 / (A pi), clip): for actions with pi(a|s) < 1/(A clip)
+# the minimiser becomes softmax(f)_a proportional to pi(a|s) w(s,a) P(Z|s,a), so q gives
+# those rare actions *less* posterior mass than Bayes (q closer to pi: less credit, not
+# more). Normalising by the sum of the weights changes the loss scale, not the minimiser.
+
+
+def balanced_weights(log_pi_taken: torch.Tensor, num_actions: int, clip: float = 10.0) -> torch.Tensor:
+    """`min(1 / (A pi(a_t|s_t)), clip)`, no gradient (see the section comment)."""
+    if clip < 1.0:
+        raise ValueError(f"clip must be >= 1, got {clip!r}")
+    inverse = torch.exp(-log_pi_taken.detach()) / float(num_actions)
+    return torch.clamp(inverse, max=float(clip))
+
+
+def weighted_cross_entropy(
+    logits: torch.Tensor,
+    actions: torch.Tensor,
+    weights: torch.Tensor,
+    mask: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    """`sum_t w_t [-log softmax(logits_t)_{a_t}] / sum_t w_t` over the (masked) steps;
+    `actions` of shape [B] or [B, 1]."""
+    index = actions.long().reshape(-1, 1)
+    nll = -torch.log_softmax(logits, dim=-1).gather(-1, index).squeeze(-1)
+    w = weights.detach().to(nll.dtype)
+    nll, w = _masked(nll, mask), _masked(w, mask)
+    return (w * nll).sum() / w.sum().clamp(min=1e-12)
+
+
+def balanced_posterior(prior_logits: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
+    """`softmax(log pi + f)`: the posterior `q(a|s,Z)` from a balanced-trained f (any
+    logits of pi: softmax is invariant to their constant)."""
+    return torch.softmax(prior_logits + f, dim=-1)
+
+
+def clipped_balanced_minimizer(
+    prior: torch.Tensor, likelihood: torch.Tensor, num_actions: int, clip: float
+) -> torch.Tensor:
+    """The q = softmax(log pi + f*) that the clipped balanced loss gives at its minimiser
+    f*, in closed form, for a prior pi [A] and likelihoods P(Z=z|a) [K, A]:
+    softmax(f*)_a proportional to pi_a w_a P(z|a), so q_a proportional to pi_a^2 w_a P(z|a)
+    (with no clip active, pi_a w_a = 1/A and q is Bayes' posterior). Returns [K, A]."""
+    w = torch.clamp(1.0 / (num_actions * prior), max=float(clip))
+    unnormalised = prior * prior * w * likelihood
+    return unnormalised / unnormalised.sum(-1, keepdim=True)

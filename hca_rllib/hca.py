@@ -31,7 +31,7 @@ from ray.rllib.utils import force_list
 from hca_rllib.callbacks import GameScoreCallback
 from hca_rllib.credit import CREDIT_MODES, HINDSIGHT_CREDIT_MODES, TRUST_MODES
 from hca_rllib.envs.resolver import EnvResolutionError, env_family, resolve_env
-from hca_rllib.module import HINDSIGHT_CHOICES, HINDSIGHT_DEFAULTS
+from hca_rllib.module import HINDSIGHT_CHOICES, HINDSIGHT_DEFAULTS, hindsight_option_error
 
 OPTIMIZERS = ("rmsprop", "adam")
 RETURN_MODES = ("bootstrap", "monte_carlo")
@@ -109,6 +109,10 @@ HCA_TRAINING_DEFAULTS: Dict[str, Any] = {
     "hindsight_epochs": 0,
     # Classifier learning rate; None: same as `lr`.
     "hindsight_lr": None,
+    # The extra passes also train on the last `hindsight_memory` train batches (their
+    # real steps: observations, actions, returns and the behaviour policy's logits), one
+    # step per pass on the union. Needs hindsight_epochs >= 1 when > 0.
+    "hindsight_memory": 0,
     # `rmsprop` (A2C's usual, with `rmsprop_alpha`) or `adam`; `optimizer_eps` for both.
     # (Not `optimizer`: that name is RLlib's own optimizer dict.)
     "optimizer_type": "rmsprop",
@@ -355,8 +359,17 @@ class HCAConfig(AlgorithmConfig):
         if (not isinstance(self.hindsight_epochs, int) or isinstance(self.hindsight_epochs, bool)
                 or self.hindsight_epochs < 0):
             fail(f"hindsight_epochs must be an integer >= 0, got {self.hindsight_epochs!r}")
+        if (not isinstance(self.hindsight_memory, int) or isinstance(self.hindsight_memory, bool)
+                or self.hindsight_memory < 0):
+            fail(f"hindsight_memory must be an integer >= 0, got {self.hindsight_memory!r}")
+        if self.hindsight_memory > 0 and self.hindsight_epochs == 0:
+            fail(f"hindsight_memory={self.hindsight_memory} is used by the extra classifier "
+                 f"passes only: set hindsight_epochs >= 1")
         for option, allowed in HINDSIGHT_CHOICES.items():
             choice(f"hindsight.{option}", self.hindsight.get(option), allowed)
+        error = hindsight_option_error(self.hindsight)
+        if error:
+            fail(error)
         if self.hindsight["return_encoding"] == "bins":
             if not isinstance(self.hindsight["num_bins"], int) or self.hindsight["num_bins"] < 2:
                 fail(f"hindsight.num_bins must be an integer >= 2, got {self.hindsight['num_bins']!r}")

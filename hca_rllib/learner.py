@@ -8,8 +8,9 @@ skipped, counted under `num_skipped_updates` and warned about.
 
 from __future__ import annotations
 
+import collections
 import logging
-from typing import Any, Dict
+from typing import Any, Deque, Dict
 
 import torch
 
@@ -41,6 +42,9 @@ class HCATorchLearner(TorchLearner):
     @override(TorchLearner)
     def build(self) -> None:
         super().build()
+        # module id -> the last `hindsight_memory` batches' real steps (`_remember`); not
+        # checkpointed: a restored run refills it within `hindsight_memory` updates.
+        self._hindsight_memory: Dict[Any, Deque[Dict[str, torch.Tensor]]] = {}
         if self._learner_connector is not None and self.config.add_default_connectors_to_learner_pipeline:
             self._learner_connector.prepend(AddOneTsToEpisodesAndTruncate())
             for piece in credit_pieces(self.config):
@@ -115,7 +119,9 @@ class HCATorchLearner(TorchLearner):
             "advantage_mean": _masked_mean(batch[Postprocessing.ADVANTAGES], mask),
         }
         if HINDSIGHT_LOGITS in fwd_out:
-            hindsight_loss = self._hindsight_loss(fwd_out[HINDSIGHT_LOGITS], actions, mask)
+            hindsight_loss = self._classifier_loss(
+                self.module[module_id].unwrapped(), fwd_out[HINDSIGHT_LOGITS],
+                fwd_out[Columns.ACTION_DIST_INPUTS], actions, mask)
             total = total + config.hindsight_loss_coeff * hindsight_loss
             metrics["hindsight_loss"] = hindsight_loss
         metrics["total_loss"] = total
@@ -128,6 +134,20 @@ class HCATorchLearner(TorchLearner):
     def _hindsight_loss(hindsight_logits, actions, mask) -> torch.Tensor:
         log_q = torch.log_softmax(hindsight_logits, dim=-1).gather(-1, actions).squeeze(-1)
         return -_masked_mean(log_q, mask)
+
+    @classmethod
+    def _classifier_loss(cls, module, hindsight_logits, policy_logits, actions, mask) -> torch.Tensor:
+        """The classifier's loss: the cross-entropy of q (`_hindsight_loss`) or, under
+        `hindsight.balanced`, that of softmax(f) alone, f = logits_q - stopgrad(logits_pi),
+        weighted by `credit.balanced_weights` of the behaviour policy `policy_logits`
+        (see the derivation above `credit.balanced_weights`)."""
+        h = module.hindsight_config
+        if not h["balanced"]:
+            return cls._hindsight_loss(hindsight_logits, actions, mask)
+        policy_logits = policy_logits.detach()
+        log_pi = torch.log_softmax(policy_logits, dim=-1).gather(-1, actions).squeeze(-1)
+        weights = credit.balanced_weights(log_pi, policy_logits.shape[-1], h["balanced_clip"])
+        return credit.weighted_cross_entropy(hindsight_logits - policy_logits, actions, weights, mask)
 
     @override(TorchLearner)
     def apply_gradients(self, gradients_dict: ParamDict) -> None:
@@ -154,7 +174,30 @@ class HCATorchLearner(TorchLearner):
         result = super()._update(batch)
         if extra_passes and not self._last_update_skipped:
             self._extra_hindsight_passes(batch, behaviour)
+            if self.config.hindsight_memory > 0:
+                self._remember(batch, behaviour)
         return result
+
+    @torch.no_grad()
+    def _remember(self, batch: Dict[str, Any], behaviour: Dict[str, Any]) -> None:
+        """Keep the real steps of this batch (observations, actions, returns and the
+        behaviour policy's logits) for the extra passes of the next `hindsight_memory`
+        updates. The behaviour logits are what keeps replay consistent: under
+        `policy_relative` (and by construction under `balanced`) the loss on a replayed
+        batch, with its own behaviour logits, has the same minimiser f = log P(Z|s,a) + c
+        as on fresh data."""
+        memory = self._hindsight_memory
+        for module_id, module_batch in batch.items():
+            mask = module_batch[Columns.LOSS_MASK].bool()
+            _, logits = behaviour[module_id]
+            store = memory.setdefault(
+                module_id, collections.deque(maxlen=self.config.hindsight_memory))
+            store.append({
+                "obs": module_batch[Columns.OBS][mask].detach().clone(),
+                "actions": module_batch[Columns.ACTIONS][mask].detach().clone(),
+                "returns": module_batch[RETURNS][mask].detach().clone(),
+                "logits": logits[mask].detach().clone(),
+            })
 
     @torch.no_grad()
     def _policy_outputs(self, batch: Dict[str, Any]) -> Dict[str, Any]:
@@ -165,8 +208,9 @@ class HCATorchLearner(TorchLearner):
         return out
 
     def _extra_hindsight_passes(self, batch: Dict[str, Any], behaviour: Dict[str, Any]) -> None:
-        """`hindsight_epochs` more classifier-only steps on the same batch, with the same
-        gradient clipping and non-finite check as the main step."""
+        """`hindsight_epochs` more classifier-only steps on the same batch (plus the real
+        steps of the last `hindsight_memory` batches, one step on the union per pass),
+        with the same gradient clipping and non-finite check as the main step."""
         distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
         for module_id, module_batch in batch.items():
             module = self.module[module_id].unwrapped()
@@ -176,10 +220,24 @@ class HCATorchLearner(TorchLearner):
             params = [p for group in optimizer.param_groups for p in group["params"]]
             obs = module_batch[Columns.OBS]
             latent, logits = behaviour[module_id]
+            returns = module_batch[RETURNS]
+            remembered = list(self._hindsight_memory.get(module_id, ()))
+            if remembered:
+                # Remembered steps: the current torso's latent (as the held-out check
+                # sees them), their own behaviour logits.
+                old_obs = torch.cat([m["obs"] for m in remembered])
+                with torch.no_grad():
+                    old_latent = module.pi_torso(old_obs)
+                obs = torch.cat([obs, old_obs])
+                latent = torch.cat([latent, old_latent])
+                logits = torch.cat([logits] + [m["logits"] for m in remembered])
+                returns = torch.cat([returns] + [m["returns"] for m in remembered])
+                actions = torch.cat([actions] + [m["actions"].long().unsqueeze(-1) for m in remembered])
+                mask = torch.cat([mask, torch.ones(len(old_obs), dtype=torch.bool, device=mask.device)])
             for _ in range(self.config.hindsight_epochs):
                 optimizer.zero_grad(set_to_none=True)
-                hindsight_logits = module.hindsight_logits(obs, latent, logits, module_batch[RETURNS])
-                loss = self._hindsight_loss(hindsight_logits, actions, mask)
+                hindsight_logits = module.hindsight_logits(obs, latent, logits, returns)
+                loss = self._classifier_loss(module, hindsight_logits, logits, actions, mask)
                 loss.backward()
                 grads = [p.grad for p in params if p.grad is not None]
                 if distributed:

@@ -52,12 +52,39 @@ HINDSIGHT_DEFAULTS: Dict[str, Any] = {
     # For `return_encoding="bins"`: number of one-hot bins and the range they cover.
     "num_bins": 21,
     "bins_range": [-10.0, 10.0],
+    # What the ReturnEncoder sees (its running statistics and its forward): `return`, Z;
+    # `advantage`, Z - V(s) with V detached (computed from `obs` inside the module).
+    "return_input": "return",
+    # Policy-independent training of f (needs `policy_relative`): the classifier loss is
+    # the cross-entropy of softmax(f) alone with per-example weights
+    # min(1 / (A pi(a_t|s_t)), balanced_clip) (`credit.balanced_weights`), so that f
+    # estimates log P(Z|s,a) + c(s, Z); q = softmax(stopgrad(logits_pi) + f) is then the
+    # posterior under the current pi (`credit.balanced_posterior`, docs there).
+    "balanced": False,
+    # Cap of those weights (>= 1): exact for actions with pi(a|s) >= 1 / (A cap).
+    "balanced_clip": 10.0,
 }
 HINDSIGHT_CHOICES = {
     "parameterization": ("policy_relative", "independent"),
     "return_encoding": ("standardize", "symlog", "bins"),
     "torso": ("shared_detached", "shared", "separate"),
+    "return_input": ("return", "advantage"),
 }
+
+
+def hindsight_option_error(h: Dict[str, Any]) -> Optional[str]:
+    """The one-line error for the options `HINDSIGHT_CHOICES` does not cover
+    (`balanced`, `balanced_clip`), or None; shared by the config's and the module's checks."""
+    if not isinstance(h.get("balanced"), bool):
+        return f"hindsight.balanced must be True or False, got {h.get('balanced')!r}"
+    clip = h.get("balanced_clip")
+    if (isinstance(clip, bool) or not isinstance(clip, (int, float)) or not math.isfinite(clip)
+            or clip < 1.0):
+        return f"hindsight.balanced_clip must be a finite number >= 1, got {clip!r}"
+    if h["balanced"] and h.get("parameterization") != "policy_relative":
+        return (f"hindsight.balanced=True needs hindsight.parameterization='policy_relative' "
+                f"(q = softmax(stopgrad(logits_pi) + f)), got {h.get('parameterization')!r}")
+    return None
 
 
 def is_image_space(space: gym.Space) -> bool:
@@ -231,6 +258,9 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
         for option, allowed in HINDSIGHT_CHOICES.items():
             if h[option] not in allowed:
                 raise ValueError(f"hindsight.{option} must be one of {list(allowed)}, got {h[option]!r}")
+        error = hindsight_option_error(h)
+        if error:
+            raise ValueError(error)
         self.hindsight_torso = (
             Torso(self.observation_space, config) if h["torso"] == "separate" else None
         )
@@ -311,6 +341,10 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
             latent = policy_latent.detach()
         else:
             latent = policy_latent
+        if self.hindsight_config["return_input"] == "advantage":
+            with torch.no_grad():
+                values = self._values(obs, policy_latent.detach())
+            returns = self.return_encoder_input(returns, values)
         f = self.hindsight(torch.cat([latent, self.return_encoder(returns)], dim=-1))
         if self.hindsight_config["parameterization"] == "policy_relative":
             return policy_logits.detach() + f
@@ -340,8 +374,24 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
                 f"{what}: this module has no hindsight classifier (credit='a2c' with "
                 f"hindsight_loss_coeff=0 builds none)")
 
-    def update_return_statistics(self, returns: torch.Tensor) -> None:
-        self.return_encoder.update(returns)
+    def return_encoder_input(self, returns: torch.Tensor, values: Optional[torch.Tensor]) -> torch.Tensor:
+        """What the ReturnEncoder's statistics and forward see: `returns` (Z) under
+        `hindsight.return_input="return"`, `returns - values.detach()` (Z - V(s)) under
+        `"advantage"` (`values` may be None for `"return"`)."""
+        if self.hindsight_config["return_input"] == "advantage":
+            if values is None:
+                raise ValueError(
+                    "hindsight.return_input='advantage' needs the values V(s) of the same "
+                    "steps: call update_return_statistics(returns, values) / "
+                    "return_encoder_input(returns, values)")
+            return returns - values.detach().to(returns.dtype)
+        return returns
+
+    def update_return_statistics(self, returns: torch.Tensor,
+                                 values: Optional[torch.Tensor] = None) -> None:
+        """Merge `return_encoder_input(returns, values)` into the running statistics
+        (`values` required under `hindsight.return_input="advantage"`)."""
+        self.return_encoder.update(self.return_encoder_input(returns, values))
 
     @torch.no_grad()
     def update_trust(self, batch_trust: torch.Tensor, decay: float) -> torch.Tensor:
