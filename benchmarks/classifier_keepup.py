@@ -52,6 +52,7 @@ for _path in (str(REPO), str(BENCH_DIR)):
         sys.path.insert(0, _path)
 
 from common import (  # noqa: E402
+    before_issue_11,
     bootstrap_ci,
     check_grid_args,
     command_line,
@@ -81,7 +82,9 @@ EARLY_ITERATIONS = 20
 
 SETTING_NAMES = ("delayed_effect_L30_sd0", "delayed_effect_L10_sd1", "key_to_door_L40_sd1")
 SETTINGS = {name: ANALYSIS_SETTINGS[name] for name in SETTING_NAMES}
-BASE = {"credit": "a2c", "hindsight_loss_coeff": 1.0}
+# The classifier as it was before issue 11 (written out: the package defaults since then
+# are the `h128_lr3x_ep4_mem4` option).
+BASE = before_issue_11({"credit": "a2c", "hindsight_loss_coeff": 1.0})
 BASELINE = "default"
 
 # Training overrides on top of BASE, by option name.
@@ -117,7 +120,10 @@ OPTIONS["all_new"] = {"hindsight_epochs": 1, "hindsight_memory": 2,
 
 
 def overrides(option: str) -> Dict[str, Any]:
-    return {**BASE, **OPTIONS[option]}
+    option_overrides = OPTIONS[option]
+    merged = {**BASE, **option_overrides}
+    merged["hindsight"] = {**BASE["hindsight"], **option_overrides.get("hindsight", {})}
+    return merged
 
 
 # ---------------------------------------------------------------------------- run

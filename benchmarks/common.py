@@ -91,6 +91,31 @@ def nan_mean(values: Iterable[Optional[float]]) -> Optional[float]:
 # ---------------------------------------------------------------- run store/control
 
 
+# The package's default credit settings (issue 11), written out so that a stored run
+# stays what it was whatever the defaults become: `expected_hca` with evidence trust and
+# the larger, faster classifier. The benchmarks' `expected_hca` method is this.
+DEFAULT_CREDIT: Dict[str, Any] = {
+    "credit": "expected_hca", "trust": "evidence", "trust_decay": 0.99,
+    "hindsight": {"hiddens": [128, 128]}, "hindsight_lr": 2.1e-3, "hindsight_epochs": 4,
+    "hindsight_memory": 4,
+}
+# The package defaults before issue 11 that the stored runs of the older methods used:
+# the batch-mean trust with decay 0.9 and the small classifier, trained once per batch at
+# the policy's learning rate.
+BEFORE_ISSUE_11: Dict[str, Any] = {
+    "trust": "batch", "trust_decay": 0.9, "hindsight_lr": None, "hindsight_epochs": 0,
+    "hindsight_memory": 0,
+}
+
+
+def before_issue_11(overrides: Dict[str, Any]) -> Dict[str, Any]:
+    """`overrides` with the pre-issue-11 defaults written out for every field it leaves
+    unset (the classifier's `hiddens` too): the run it names stays the run it was."""
+    out = {**BEFORE_ISSUE_11, **overrides}
+    out["hindsight"] = {"hiddens": [64], **overrides.get("hindsight", {})}
+    return out
+
+
 def write_json(path: Path, data: Any) -> None:
     """Write compact JSON atomically (temp file + rename), so a killed run leaves no half
     file."""

@@ -66,6 +66,8 @@ for _path in (str(REPO), str(BENCH_DIR)):
         sys.path.insert(0, _path)
 
 from common import (  # noqa: E402
+    DEFAULT_CREDIT,
+    before_issue_11,
     bootstrap_ci,
     check_grid_args,
     cell_path,
@@ -94,14 +96,21 @@ BASELINE = "a2c"
 QUICK_STEPS = 3_000
 
 METHODS: Dict[str, Dict[str, Any]] = {
-    "a2c": {"credit": "a2c", "hindsight_loss_coeff": 1.0},
-    "hca": {"credit": "hca"},
-    "hca_pure": {"credit": "hca", "trust": None},
-    "c2a2c": {"credit": "c2a2c"},
-    "mix": {"credit": "mix"},
+    # Before issue 11 (the settings of their stored runs, written out).
+    "a2c": before_issue_11({"credit": "a2c", "hindsight_loss_coeff": 1.0}),
+    "hca_batch": before_issue_11({"credit": "hca"}),
+    "hca_pure": before_issue_11({"credit": "hca", "trust": None}),
+    "c2a2c": before_issue_11({"credit": "c2a2c"}),
+    "mix": before_issue_11({"credit": "mix"}),
+    # The package default since issue 11, its pure estimator, and hca with its trust and
+    # classifier.
+    "expected_hca": dict(DEFAULT_CREDIT),
+    "expected_hca_pure": {**DEFAULT_CREDIT, "trust": None},
+    "hca_evidence": {**DEFAULT_CREDIT, "credit": "hca"},
 }
-COLORS = {"a2c": "black", "hca": "tab:blue", "hca_pure": "tab:cyan", "c2a2c": "tab:orange",
-          "mix": "tab:purple"}
+COLORS = {"a2c": "black", "hca_batch": "tab:blue", "hca_pure": "tab:cyan", "c2a2c": "tab:orange",
+          "mix": "tab:purple", "expected_hca": "tab:red", "expected_hca_pure": "tab:pink",
+          "hca_evidence": "tab:green"}
 KEY_TO_DOOR_FIXED = {"apple_prob": 0.3, "apple_reward": 1.0, "door_reward": 5.0}
 
 
@@ -351,10 +360,12 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
         "still explores) and its last-10-iteration mean (the policy has mostly converged, "
         "so I(A;Z|S) <= H(A|S) is small); x episode length it is comparable to the "
         "information at the decision when the decision is the only informative step; "
-        "w = hca's trust in the classifier (last 10 iterations).",
+        "w = the trust in the classifier (last 10 iterations) of hca_batch (the batch-mean "
+        "trust, the default before issue 11) and of expected_hca (the evidence trust of the "
+        "most informative bin, the default since).",
         "",
         "| setting | I(A;Z\\|S0) nats (key-to-door: Gaussian approx.) | visible | "
-        "MI diag peak / last (a2c) | w (hca) | "
+        "MI diag peak / last (a2c) | w (hca_batch / expected_hca) | "
         + " | ".join(METHODS) + " |",
         "|---|---|---|---|---|" + "---|" * len(METHODS),
     ]
@@ -375,10 +386,10 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
             cells.append(text + f" (n={len(s['seeds'])})")
         mi = methods.get(BASELINE, {}).get("mutual_information_last10")
         mi_peak = methods.get(BASELINE, {}).get("mutual_information_peak")
-        w = methods.get("hca", {}).get("trust_last10")
+        w = " / ".join(fmt(methods.get(m, {}).get("trust_last10")) for m in ("hca_batch", "expected_hca"))
         lines.append(f"| {name} | {info['information']:.3f} | "
                      f"{info['fragment_visible_fraction']:.2f} | {fmt(mi_peak, 4)} / "
-                     f"{fmt(mi, 4)} | {fmt(w)} | "
+                     f"{fmt(mi, 4)} | {w} | "
                      + " | ".join(cells) + " |")
     agg = summary.get("aggregate") or {}
     if agg.get("methods"):

@@ -80,6 +80,8 @@ for _path in (str(REPO), str(BENCH_DIR)):
 from hca_rllib.runner import RESULT_KEYS, training_iterations  # noqa: E402
 
 from common import (  # noqa: E402  (benchmarks/common.py, found via BENCH_DIR)
+    DEFAULT_CREDIT,
+    before_issue_11,
     DIAGNOSTICS_LAST,
     EpisodeLog,
     cell_path,
@@ -113,20 +115,23 @@ BATCH = 512
 FULL_SEEDS = 5
 QUICK_STEPS = 5_000
 QUICK_TASKS = ("bandit", "cartpole")
-QUICK_METHODS = ("a2c", "hca")
+QUICK_METHODS = ("a2c", "expected_hca")
 DIAGNOSTICS_WINDOW = DIAGNOSTICS_LAST  # summary: mean of the last 10 iterations (stored per run)
 SMOOTH_ITERATIONS = 5  # plots only: trailing mean over this many iterations per seed
 BASELINE = "a2c"
 
 # Method name -> `.training(...)` overrides.
 METHODS: Dict[str, Dict[str, Any]] = {
-    "a2c": {"credit": "a2c", "hindsight_loss_coeff": 1.0},
-    "hca": {"credit": "hca"},
-    "c2a2c": {"credit": "c2a2c"},
-    "c2a2c_hard": {"credit": "c2a2c", "c2a2c_soft": False},
-    "mix": {"credit": "mix"},
-    "hca_pure": {"credit": "hca", "trust": None},
-    "c2a2c_pure": {"credit": "c2a2c", "trust": None},
+    # Before issue 11 (the settings of their stored runs, written out).
+    "a2c": before_issue_11({"credit": "a2c", "hindsight_loss_coeff": 1.0}),
+    "hca_batch": before_issue_11({"credit": "hca"}),
+    "c2a2c": before_issue_11({"credit": "c2a2c"}),
+    "c2a2c_hard": before_issue_11({"credit": "c2a2c", "c2a2c_soft": False}),
+    "mix": before_issue_11({"credit": "mix"}),
+    "hca_pure": before_issue_11({"credit": "hca", "trust": None}),
+    "c2a2c_pure": before_issue_11({"credit": "c2a2c", "trust": None}),
+    # The package default since issue 11.
+    "expected_hca": dict(DEFAULT_CREDIT),
 }
 
 def _delayed_effect_task(length: int, noise_std: float, noise_note: str) -> Dict[str, Any]:
@@ -170,6 +175,8 @@ TASKS: Dict[str, Dict[str, Any]] = {
 DIAGNOSTICS = (
     "info/mutual_information",
     "credit/trust",
+    "credit/trust_scale",
+    "credit/decision_trust",
     "c2a2c/mask_fraction",
     "hca/clip_fraction",
     "hca/advantage_correlation",
@@ -180,12 +187,14 @@ DIAGNOSTIC_LINE_KEYS = {path[-1]: name for name, path in RESULT_KEYS.items()
 DIAGNOSTIC_LABELS = {
     "info/mutual_information": "MI (nats)",
     "credit/trust": "trust w",
+    "credit/trust_scale": "calibration scale",
+    "credit/decision_trust": "per-decision trust (mean)",
     "c2a2c/mask_fraction": "mask fraction",
     "hca/clip_fraction": "clip fraction",
     "hca/advantage_correlation": "corr(A, A_GAE)",
 }
 COLORS = {
-    "a2c": "black", "hca": "tab:blue", "c2a2c": "tab:orange", "c2a2c_hard": "tab:green", "mix": "tab:purple", "hca_pure": "tab:cyan",
+    "a2c": "black", "hca_batch": "tab:blue", "expected_hca": "tab:red", "c2a2c": "tab:orange", "c2a2c_hard": "tab:green", "mix": "tab:purple", "hca_pure": "tab:cyan",
     "c2a2c_pure": "tab:brown",
 }
 
@@ -234,10 +243,11 @@ def _probe(algo, probe: Optional[Dict[str, Any]]) -> Optional[float]:
         return None
     import torch
 
-    module = algo.learner_group._learner.module["default_policy"]
+    from hca_rllib import training_module
+
     obs = torch.tensor([probe["obs"]], dtype=torch.float32)
     with torch.no_grad():
-        probs = torch.softmax(module.pi(module.pi_torso(obs)), dim=-1)
+        probs = torch.softmax(training_module(algo).policy_outputs(obs)[1], dim=-1)
     return float(probs[0, probe["good_action"]])
 
 

@@ -78,6 +78,8 @@ for _path in (str(REPO), str(BENCH_DIR)):
         sys.path.insert(0, _path)
 
 from common import (  # noqa: E402
+    DEFAULT_CREDIT,
+    before_issue_11,
     check_grid_args,
     cell_path,
     command_line,
@@ -100,7 +102,6 @@ from common import (  # noqa: E402
 )
 from credit_modes import DIAGNOSTICS, _smooth, run_spec  # noqa: E402
 
-from hca_rllib.credit import CREDIT_MODES  # noqa: E402
 from hca_rllib.stats import (  # noqa: E402
     average_probability_of_improvement,
     iqm,
@@ -117,18 +118,21 @@ RANDOM_EPISODES = 100
 BASELINE = "a2c"
 QUICK_STEPS = 3_000
 QUICK_TASKS = ("minatar_Breakout", "umbrella_length_10")
-QUICK_METHODS = ("a2c", "hca")
+QUICK_METHODS = ("a2c", "expected_hca")
 
 METHODS: Dict[str, Dict[str, Any]] = {
-    "a2c": {"credit": "a2c", "hindsight_loss_coeff": 1.0},
-    "hca": {"credit": "hca"},
-    "c2a2c": {"credit": "c2a2c"},
-    "mix": {"credit": "mix"},
-    "hca_pure": {"credit": "hca", "trust": None},
+    # Before issue 11 (the settings of their stored runs, written out).
+    "a2c": before_issue_11({"credit": "a2c", "hindsight_loss_coeff": 1.0}),
+    "hca_batch": before_issue_11({"credit": "hca"}),
+    "c2a2c": before_issue_11({"credit": "c2a2c"}),
+    "mix": before_issue_11({"credit": "mix"}),
+    "hca_pure": before_issue_11({"credit": "hca", "trust": None}),
+    # The package default since issue 11.
+    "expected_hca": dict(DEFAULT_CREDIT),
 }
-DEFAULT_METHODS = CREDIT_MODES
-COLORS = {"a2c": "black", "hca": "tab:blue", "c2a2c": "tab:orange", "mix": "tab:purple",
-          "hca_pure": "tab:cyan"}
+DEFAULT_METHODS = ("a2c", "hca_batch", "c2a2c", "mix", "expected_hca")
+COLORS = {"a2c": "black", "hca_batch": "tab:blue", "c2a2c": "tab:orange", "mix": "tab:purple",
+          "hca_pure": "tab:cyan", "expected_hca": "tab:red"}
 
 MINATAR_GAMES = ("Breakout", "Asterix", "Freeway", "Seaquest", "SpaceInvaders")
 

@@ -234,7 +234,11 @@ class ComputeCreditWeights(_CreditPiece):
         bins = credit.evidence_bins(pi_probs, q_probs, config.trust_bins)
         num_bins = len(config.trust_bins) + 1
         evidence = credit.calibration_evidence(s.actions, pi_probs, q_probs, s.mask, bins=bins, num_bins=num_bins)
-        accumulated = self._update_evidence(module, evidence, s.finite)
+        # The trust applied to this batch comes from the batches before it: evidence that
+        # includes this batch would favour a noise classifier exactly where its deviations
+        # happen to point at this batch's actions. This batch's evidence serves the next.
+        accumulated = module.trust_evidence.clone().double()
+        self._update_evidence(module, evidence, s.finite)
         per_bin = credit.evidence_trust(accumulated, config.trust_z, config.trust_max_scale)
         per_decision = credit.decision_trust(per_bin["trust"], pi_probs, q_probs, config.trust_information, bins)
         # The headline numbers are those of the most informative bin that has evidence.
@@ -307,11 +311,11 @@ class NormalizeCreditWeights(_CreditPiece):
 
     def _process(self, module, b, states, module_id):
         s = self._state(states, module_id)
-        real = s.parts["advantages"][s.mask]
         if self.config.credit == "expected_hca":
             s.parts["weights"] = s.parts["weights"] / s.gae[s.mask].std().clamp(min=1e-8)
             s.parts["advantages"] = s.parts["weights"].gather(-1, s.actions.unsqueeze(-1)).squeeze(-1)
         else:
+            real = s.parts["advantages"][s.mask]
             s.parts["advantages"] = (s.parts["advantages"] - real.mean()) / real.std().clamp(min=1e-8)
             s.parts["weights"] = credit.one_hot_weights(s.parts["advantages"], s.actions, s.log_pi_all.shape[-1])
         ComputeCreditWeights._write(b, s)

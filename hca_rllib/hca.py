@@ -58,7 +58,10 @@ RENAME_REASONS: Dict[str, str] = {
 # The fields `HCAConfig.training()` accepts on top of RLlib's, with their defaults.
 HCA_TRAINING_DEFAULTS: Dict[str, Any] = {
     # Credit estimator (method note, section 2): a2c, hca, c2a2c, mix or expected_hca.
-    "credit": "hca",
+    # The defaults below (expected_hca, evidence trust with a long memory, the larger
+    # and faster classifier) were chosen on benchmarks/credit_analysis.py (README,
+    # "Why these defaults"; docs/results.md).
+    "credit": "expected_hca",
     # `bootstrap`: n-step returns bootstrapped with V at fragment ends;
     # `monte_carlo`: full-episode returns (needs batch_mode="complete_episodes").
     "return_mode": "bootstrap",
@@ -84,7 +87,7 @@ HCA_TRAINING_DEFAULTS: Dict[str, Any] = {
     # evidence is weak (method note, section 2.5): `evidence` (per decision, from
     # evidence accumulated over batches, the episode chunk as the unit), `batch` (one
     # weight per batch from its mean held-out information) or None (pure estimators).
-    "trust": "batch",
+    "trust": "evidence",
     # Full trust at this z-score of the held-out evidence (`evidence`: none below half
     # of it; `batch`: linear from 0).
     "trust_z": 2.0,
@@ -94,7 +97,7 @@ HCA_TRAINING_DEFAULTS: Dict[str, Any] = {
     "trust_information": None,
     # `evidence`: decay of the accumulated evidence per batch (memory 1 / (1 - decay)
     # batches); `batch`: of the moving average of the trust (0: this batch only).
-    "trust_decay": 0.9,
+    "trust_decay": 0.99,
     # `expected_hca` with `evidence` trust: the largest calibration scale applied to
     # q - pi (1 / alpha for a classifier shrunk toward pi by alpha).
     "trust_max_scale": 4.0,
@@ -106,13 +109,13 @@ HCA_TRAINING_DEFAULTS: Dict[str, Any] = {
     "hindsight": copy.deepcopy(HINDSIGHT_DEFAULTS),
     "hindsight_loss_coeff": 1.0,
     # Extra classifier-only passes over each train batch.
-    "hindsight_epochs": 0,
-    # Classifier learning rate; None: same as `lr`.
-    "hindsight_lr": None,
+    "hindsight_epochs": 4,
+    # Classifier learning rate (3x the default `lr`); None: same as `lr`.
+    "hindsight_lr": 2.1e-3,
     # The extra passes also train on the last `hindsight_memory` train batches (their
     # real steps: observations, actions, returns and the behaviour policy's logits), one
     # step per pass on the union. Needs hindsight_epochs >= 1 when > 0.
-    "hindsight_memory": 0,
+    "hindsight_memory": 4,
     # `rmsprop` (A2C's usual, with `rmsprop_alpha`) or `adam`; `optimizer_eps` for both.
     # (Not `optimizer`: that name is RLlib's own optimizer dict.)
     "optimizer_type": "rmsprop",
@@ -273,7 +276,7 @@ class HCAConfig(AlgorithmConfig):
         return super()._model_config_auto_includes | copy.deepcopy(env_family(self.env).model_config) | {
             "hindsight": copy.deepcopy(self.hindsight),
             "uses_hindsight": self.uses_hindsight,
-            "evidence_bins": len(self.trust_bins) + 1,
+            "trust_evidence_bins": len(self.trust_bins) + 1,
         }
 
     @override(AlgorithmConfig)
@@ -397,6 +400,8 @@ class A2CConfig(HCAConfig):
         super().__init__(algo_class=algo_class or A2C)
         self.credit = "a2c"
         self.hindsight_loss_coeff = 0.0
+        self.hindsight_epochs = 0
+        self.hindsight_memory = 0
 
 
 class HCA(Algorithm):

@@ -48,7 +48,7 @@ HINDSIGHT_DEFAULTS: Dict[str, Any] = {
     # `shared_detached`, `shared` (classifier gradient reaches the policy torso), `separate`.
     "torso": "shared_detached",
     # Hidden layers of f(s, Z).
-    "hiddens": [64],
+    "hiddens": [128, 128],
     # For `return_encoding="bins"`: number of one-hot bins and the range they cover.
     "num_bins": 21,
     "bins_range": [-10.0, 10.0],
@@ -270,7 +270,7 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
         # the last global trust) starts at 0, i.e. as A2C; `trust_evidence` holds the
         # accumulated `credit.calibration_evidence` [n, sum x, sum x^2, sum d].
         self.register_buffer("trust", torch.zeros(()))
-        self.register_buffer("trust_evidence", torch.zeros(int(config.get("evidence_bins", 1)), 4))
+        self.register_buffer("trust_evidence", torch.zeros(int(config.get("trust_evidence_bins", 1)), 4))
         h_width = (self.hindsight_torso or self.pi_torso).output_dim
         self.hindsight = _mlp(h_width + self.return_encoder.output_dim, list(h["hiddens"]), num_actions)
         _orthogonal_init(self.hindsight, math.sqrt(2))
@@ -406,5 +406,10 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
         accumulated evidence (`credit.accumulate_evidence`); returns the new value."""
         from hca_rllib import credit
 
+        if tuple(batch_evidence.shape) != tuple(self.trust_evidence.shape):
+            raise ValueError(
+                f"trust evidence of shape {tuple(batch_evidence.shape)} for a module built for "
+                f"{self.trust_evidence.shape[0]} evidence bin(s): build the module from the same "
+                f"config (trust_bins) that trains it")
         self.trust_evidence.copy_(credit.accumulate_evidence(self.trust_evidence, batch_evidence, decay))
         return self.trust_evidence.clone().double()

@@ -206,7 +206,9 @@ def test_untrained_classifier_with_evidence_trust_is_a2c_exactly(credit_mode):
     torch.testing.assert_close(out[CREDIT_WEIGHTS], _a2c_weights(module, batch, config))
     reduced = metrics.reduce()
     assert reduced[MID]["credit/trust"].peek() == 0.0
-    assert torch.count_nonzero(module.trust_evidence[1:]) == 0  # d = 0: no evidence at all
+    assert module.trust_evidence.shape == (1, 4)
+    assert torch.count_nonzero(module.trust_evidence[:, 1:]) == 0  # d = 0: no evidence at all
+    assert float(module.trust_evidence[0, 0]) == 2.0  # the two chunks were counted
 
 
 def test_wrong_classifier_with_evidence_trust_falls_back_to_a2c():
@@ -221,6 +223,7 @@ def test_wrong_classifier_with_evidence_trust_falls_back_to_a2c():
         model_config={"hindsight": config.hindsight, "uses_hindsight": True})
     module.hindsight_logits = lambda obs, latent, logits, returns: (
         logits - 2.0 * torch.nn.functional.one_hot(actions, 2))
+    run(config, dict(batch), module=module)  # its evidence serves the next batch
     out, _, metrics = run(config, dict(batch), module=module)
     reduced = metrics.reduce()
     assert reduced[MID]["credit/trust_z"].peek() < 0
@@ -230,7 +233,7 @@ def test_wrong_classifier_with_evidence_trust_falls_back_to_a2c():
 
 def test_right_classifier_with_evidence_trust_gives_expected_hca():
     """A classifier whose deviation points at the actions taken, over enough chunks for
-    full trust: the weights are expected HCA's, scaled by the calibration."""
+    full trust: from the second batch on, the weights are expected HCA's."""
     config = HCAConfig().training(credit="expected_hca", trust="evidence", trust_decay=0.0,
                                   trust_max_scale=1.0)
     rows = []
@@ -244,6 +247,10 @@ def test_right_classifier_with_evidence_trust_gives_expected_hca():
         model_config={"hindsight": config.hindsight, "uses_hindsight": True})
     module.hindsight_logits = lambda obs, latent, logits, returns: (
         logits + 1.0 * torch.nn.functional.one_hot(actions, 2))
+    out, _, metrics = run(config, dict(batch), module=module)
+    # The first batch is weighted with the evidence before it (none): A2C.
+    assert metrics.reduce()[MID]["credit/trust"].peek() == 0.0
+    torch.testing.assert_close(out[CREDIT_WEIGHTS], _a2c_weights(module, batch, config))
     out, _, metrics = run(config, dict(batch), module=module)
     assert metrics.reduce()[MID]["credit/trust"].peek() == 1.0
     v = values_of(module, batch)
