@@ -86,13 +86,13 @@ def test_a2c_parity_quick(tmp_path):
 
 @pytest.mark.benchmark
 def test_credit_modes_quick(tmp_path):
-    """`benchmarks/credit_modes.py --quick`: bandit and CartPole, a2c and hca, seed 0,
+    """`benchmarks/credit_modes.py --quick`: bandit and CartPole, a2c and expected_hca, seed 0,
     5k env steps per run; every run file and the summary must hold finite numbers."""
     pytest.importorskip("matplotlib")
     _run_script("credit_modes.py", "--quick", "--out", tmp_path, timeout=300)
 
     for task, last_k in (("bandit", 100), ("cartpole", 20)):
-        for method in ("a2c", "hca"):
+        for method in ("a2c", "expected_hca"):
             path = tmp_path / task / f"{method}_seed0.json"
             assert path.is_file(), path
             run = json.loads(path.read_text())
@@ -130,13 +130,13 @@ def test_credit_modes_quick(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     for task in ("bandit", "cartpole"):
         methods = summary["tasks"][task]["methods"]
-        for method in ("a2c", "hca"):
+        for method in ("a2c", "expected_hca"):
             stats = methods[method]
             for key in ("iqm", "ci_low", "ci_high", "mean", "mean_env_steps_per_s"):
                 assert _finite(stats[key]), (task, method, key, stats[key])
             assert stats["ci_low"] <= stats["iqm"] <= stats["ci_high"]
             assert _finite(stats["diagnostics_last10"]["info/mutual_information"])
-        vs = methods["hca"]["vs_a2c"]
+        vs = methods["expected_hca"]["vs_a2c"]
         assert 0.0 <= vs["probability_of_improvement"] <= 1.0
         assert _finite(vs["iqm_ratio"])  # a2c's IQM is > 0 on both tasks
         assert _finite(vs["paired_difference"]["mean"])
@@ -310,7 +310,7 @@ def test_decision_information_closed_forms():
 
 @pytest.mark.benchmark
 def test_learning_quick(tmp_path):
-    """`benchmarks/learning.py --quick`: MinAtar Breakout and bsuite umbrella, a2c and hca,
+    """`benchmarks/learning.py --quick`: MinAtar Breakout and bsuite umbrella, a2c and expected_hca,
     2 seeds, 3k steps; cell files, resume (a second call makes no run), the summary's
     aggregates and targets."""
     pytest.importorskip("matplotlib")
@@ -319,7 +319,7 @@ def test_learning_quick(tmp_path):
     assert json.loads((tmp_path / "minatar_Breakout" / "random.json").read_text())["episodes"] == 5
     assert not (tmp_path / "umbrella_length_10" / "random.json").exists()
     for task in ("minatar_Breakout", "umbrella_length_10"):
-        for method in ("a2c", "hca"):
+        for method in ("a2c", "expected_hca"):
             for seed in (0, 1):
                 path = tmp_path / task / f"{method}_seed{seed}.json"
                 run = json.loads(path.read_text())
@@ -339,14 +339,14 @@ def test_learning_quick(tmp_path):
     for domain in ("bsuite", "MinAtar"):
         agg = summary["domains"][domain]
         assert agg["seeds"] == [0, 1] and len(agg["tasks"]) == 1
-        hca = agg["methods"]["hca"]
+        hca = agg["methods"]["expected_hca"]
         lo, hi = hca["iqm_ci"]
         assert lo <= hca["iqm"] <= hi and 0.0 <= hca["probability_of_improvement"] <= 1.0
         assert _finite(hca["iqm_difference_vs_a2c"]["point"])
     norm = summary["normalisation"]["umbrella_length_10"]
     assert (norm["random"], norm["reference"]) == (0.0, 1.0)
     text = (tmp_path / "summary.md").read_text()
-    assert "## Targets" in text and "| umbrella_length_10 | hca |" in text
+    assert "## Targets" in text and "| umbrella_length_10 | expected_hca |" in text
     for name in ("curves_minatar.png", "curves_bsuite.png", "aggregates.png"):
         assert (tmp_path / name).stat().st_size > 0, name
 
@@ -559,14 +559,14 @@ def test_stored_mismatch_checks_read_the_committed_compact_cells():
     credit_modes = _import_benchmark("credit_modes")
     learning = _import_benchmark("learning")
     results = BENCHMARKS / "results"
-    cell = json.loads((results / "credit_modes" / "bandit" / "hca_seed0.json").read_text())
+    cell = json.loads((results / "credit_modes" / "bandit" / "hca_batch_seed0.json").read_text())
     assert cell["record_format"] == "compact-1"
-    assert credit_modes._stored_mismatch(("bandit", 0, "hca"), cell) is None
+    assert credit_modes._stored_mismatch(("bandit", 0, "hca_batch"), cell) is None
     assert "overrides" in credit_modes._stored_mismatch(("bandit", 0, "a2c"), cell)
-    assert "env" in credit_modes._stored_mismatch(("shortcut", 0, "hca"), cell)
+    assert "env" in credit_modes._stored_mismatch(("shortcut", 0, "hca_batch"), cell)
     cell = json.loads((results / "learning" / "umbrella_length_10" / "mix_seed3.json").read_text())
     assert learning._stored_mismatch(("umbrella_length_10", 3, "mix"), cell) is None
-    assert "overrides" in learning._stored_mismatch(("umbrella_length_10", 3, "hca"), cell)
+    assert "overrides" in learning._stored_mismatch(("umbrella_length_10", 3, "hca_batch"), cell)
     del cell["final_return"]
     assert "terminal-reward" in learning._stored_mismatch(("umbrella_length_10", 3, "mix"), cell)
 

@@ -390,8 +390,8 @@ def test_partial_hindsight_dict_merges_in_update_from_dict():
         HCAConfig().update_from_dict({"hindsight": {"bogus": 1}})
 
 
-@pytest.mark.parametrize("credit", ["hca", "c2a2c", "mix"])
+@pytest.mark.parametrize("credit", ["hca", "c2a2c", "mix", "expected_hca"])
 def test_credit_mode_without_a_trained_classifier_is_rejected(credit):
-    config = HCAConfig().environment("CartPole-v1").training(credit=credit, hindsight_loss_coeff=0.0)
+    config = HCAConfig().environment("CartPole-v1").training(credit=credit, hindsight_loss_coeff=0.0, hindsight_epochs=0, hindsight_memory=0)
     with pytest.raises(ValueError, match=rf"credit='{credit}' needs a trained classifier: hindsight_loss_coeff must be > 0"):
         config.validate()

@@ -83,7 +83,7 @@ def test_schedulers():
         make_scheduler("hyperband", 1000)
 
 
-@pytest.mark.parametrize("which, trials", [("atari", 7 * 3 * 3), ("minatar", 5 * 3 * 5)])
+@pytest.mark.parametrize("which, trials", [("atari", 7 * 4 * 3), ("minatar", 5 * 4 * 5)])
 def test_tuned_example_sweeps_are_valid(which, trials):
     from ray.tune.search.variant_generator import generate_variants
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from hca_rllib.hca import HCA_TRAINING_DEFAULTS
+
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -95,7 +97,7 @@ def test_script_constants_and_config_validate_for_both_algorithms(family, module
     assert set(mod.EXPECTED) == {"A2C", "HCA"}
     for algo in ("A2C", "HCA"):
         assert mod.EXPECTED[algo]["source"], (module, algo)
-    for algo, credit in (("HCA", "hca"), ("A2C", "a2c")):
+    for algo, credit in (("HCA", HCA_TRAINING_DEFAULTS["credit"]), ("A2C", "a2c")):
         config = mod.config(algo)
         config.validate()
         assert config.env == mod.ENV

@@ -11,7 +11,8 @@ Each is both
   checkpoints every 10 iterations, TensorBoard, W&B (offline unless WANDB_API_KEY is set),
   and ``--resume``.
 
-`credit=None` means the algorithm's own credit: ``"hca"`` for HCA, ``"a2c"`` for A2C
+`credit=None` means the algorithm's own credit: the package default
+(``HCA_TRAINING_DEFAULTS["credit"]``, ``"expected_hca"``) for HCA, ``"a2c"`` for A2C
 (A2C is the ``credit="a2c"`` member of the family with the hindsight classifier off).
 """
 
@@ -23,7 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
-from hca_rllib.hca import ALGORITHMS
+from hca_rllib.credit import CREDIT_MODES
+from hca_rllib.hca import ALGORITHMS, HCA_TRAINING_DEFAULTS
 
 # Stable-Baselines3 zoo A2C on Atari (hyperparams/a2c.yml, `atari:` entry): 16 envs,
 # n_steps 5, RMSprop(TF-like) lr 7e-4 eps 1e-5 alpha 0.99, ent_coef 0.01, vf_coef 0.25,
@@ -120,7 +122,8 @@ def make_parser(budget: int, default_output: str, description: str = ""):
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algo", default="HCA", choices=list(ALGORITHMS))
     parser.add_argument("--credit", default=None,
-                        help="a2c, hca, c2a2c or mix (default: hca for HCA, a2c for A2C)")
+                        help=f"{', '.join(CREDIT_MODES)} (default: {HCA_TRAINING_DEFAULTS['credit']} "
+                             f"for HCA, a2c for A2C)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--stop-timesteps", type=int, default=None,
                         help=f"env (agent) steps to train (default: the budget, {budget:,})")
@@ -156,7 +159,7 @@ def main(make_config: Callable[..., Any], *, budget: int, expected: Dict[str, An
     parser = make_parser(budget, default_output, description)
     args = parser.parse_args(argv)
     if args.output is None:
-        credit = args.credit or ("a2c" if args.algo == "A2C" else "hca")
+        credit = args.credit or ("a2c" if args.algo == "A2C" else HCA_TRAINING_DEFAULTS["credit"])
         args.output = f"{default_output}_{args.algo.lower()}_{credit}_seed{args.seed}"
     output = Path(args.output)
     try:

@@ -4,10 +4,10 @@
     python tuned_examples/sweeps.py minatar [--stop-timesteps N] ...
 
 `atari`: Pong, Breakout, BeamRider, Qbert, Seaquest, SpaceInvaders and Enduro (classic
-protocol) x {a2c, hca, c2a2c} x 3 seeds, 10M agent steps each, with the tuned examples'
+protocol) x {a2c, hca, c2a2c, expected_hca} x 3 seeds, 10M agent steps each, with the tuned examples'
 SB3-zoo A2C settings (16 envs per EnvRunner, 5-step rollouts, entropy 0.01, value 0.25):
-63 trials, weeks of one machine, hours on a cluster. `minatar`: the five MinAtar games x
-{a2c, hca, c2a2c} x 5 seeds, 2M steps. Both run `hca_rllib.sweep.run_sweep` (resources
+84 trials, weeks of one machine, hours on a cluster. `minatar`: the five MinAtar games x
+{a2c, hca, c2a2c, expected_hca} x 5 seeds, 2M steps. Both run `hca_rllib.sweep.run_sweep` (resources
 sized to the cluster, retries from checkpoints, the report at the end); on a cluster,
 submit this script with `ray job submit --working-dir . -- python tuned_examples/sweeps.py atari
 --num-env-runners 4 --cpus-per-env-runner 1` (see cluster/README.md).
