@@ -119,6 +119,7 @@ BASELINE = "a2c"
 QUICK_STEPS = 3_000
 QUICK_TASKS = ("minatar_Breakout", "umbrella_length_10")
 QUICK_METHODS = ("a2c", "expected_hca")
+DEFAULT_METHOD = "expected_hca"  # the package default (common.DEFAULT_CREDIT)
 
 METHODS: Dict[str, Dict[str, Any]] = {
     # Before issue 11 (the settings of their stored runs, written out).
@@ -422,7 +423,20 @@ def targets(summary: Dict[str, Any]) -> Dict[str, Any]:
     minatar_methods = [m for m in summary["domains"].get("MinAtar", {}).get("methods", {})
                        if m != BASELINE]
     minatar_seeds = len(summary["domains"].get("MinAtar", {}).get("seeds", []))
+    # Issue 11, for the package default (DEFAULT_METHOD): never significantly worse than
+    # a2c on a MinAtar game, and an aggregate IQM at least a2c's on MinAtar and on bsuite.
+    default: Dict[str, Any] = {"method": DEFAULT_METHOD}
+    minatar = summary["domains"].get("MinAtar", {}).get("methods", {})
+    if DEFAULT_METHOD in minatar and minatar_seeds >= FULL_SEEDS:
+        default["minatar_worse_games"] = worse.get(DEFAULT_METHOD, [])
+        default["minatar_iqm_difference"] = minatar[DEFAULT_METHOD]["iqm_difference_vs_a2c"]["point"]
+        default["minatar_met"] = (not default["minatar_worse_games"]
+                                  and default["minatar_iqm_difference"] >= 0)
+    if DEFAULT_METHOD in bsuite and bsuite_seeds >= FULL_SEEDS:
+        default["bsuite_iqm_difference"] = bsuite[DEFAULT_METHOD]["iqm_difference_vs_a2c"]["point"]
+        default["bsuite_met"] = default["bsuite_iqm_difference"] >= 0
     return {
+        "default": default,
         "seeds": {"bsuite": bsuite_seeds, "MinAtar": minatar_seeds},
         "provisional": min(bsuite_seeds, minatar_seeds) < FULL_SEEDS,
         "credit_tasks_best_method": best,
@@ -473,6 +487,18 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
             f"{d['point']:+.3f}, 95% CI {_ci(*d['ci'], 3, True)}, Bonferroni "
             f"{100 * b['level']:.1f}% CI {_ci(*b['ci'], 3, True)} (normalised score): "
             f"{verdict[t['credit_tasks_met']]}.")
+    d11 = t["default"]
+    if "minatar_met" in d11:
+        lines.append(
+            f"- Default `{d11['method']}` on MinAtar (issue 11: significantly worse than a2c on "
+            f"no game, aggregate IQM at least a2c's): worse on "
+            f"{', '.join(d11['minatar_worse_games']) or 'no game'}, IQM difference "
+            f"{d11['minatar_iqm_difference']:+.3f}: {verdict[d11['minatar_met']]}.")
+    if "bsuite_met" in d11:
+        lines.append(
+            f"- Default `{d11['method']}` on the bsuite credit tasks (issue 11: aggregate IQM at "
+            f"least a2c's): IQM difference {d11['bsuite_iqm_difference']:+.3f}: "
+            f"{verdict[d11['bsuite_met']]}.")
     if not t["minatar_significantly_worse_games"]:
         lines.append("- MinAtar: no complete seed of every method yet.")
     else:

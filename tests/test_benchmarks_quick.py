@@ -582,3 +582,58 @@ def test_committed_results_are_compact():
     proc = subprocess.run([sys.executable, str(BENCHMARKS / "compact_results.py"), "--check"],
                           cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-2000:]
+
+
+@pytest.mark.benchmark
+def test_credit_cost_quick(tmp_path):
+    """`benchmarks/credit_cost.py --quick`: a2c and the default credit, 2 rounds each;
+    finite iteration times and a2c's ratio exactly 1."""
+    _run_script("credit_cost.py", "--quick", "--out", tmp_path, timeout=600)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert set(summary["variants"]) == {"a2c", "expected_hca"}
+    assert summary["variants"]["a2c"]["ratio_to_a2c"] == 1.0
+    for name, r in summary["variants"].items():
+        assert len(r["iterations_s"]) == 2 and all(_finite(t) and t > 0 for t in r["iterations_s"])
+        assert _finite(r["env_steps_per_s"]) and r["env_steps_per_s"] > 0
+    assert "Target (issue 11)" in (tmp_path / "summary.md").read_text()
+
+
+@pytest.mark.benchmark
+def test_credit_horizon_quick(tmp_path):
+    """`benchmarks/credit_horizon.py --quick`: the delayed effect at 64-step fragments and
+    with complete episodes; the visible share is 0.53 and 1."""
+    _run_script("credit_horizon.py", "--quick", "--out", tmp_path, timeout=300)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    cells = summary["cells"]
+    assert cells["delayed_effect_L30_sd1__H64"]["visible_fraction"] == pytest.approx(34 / 64)
+    assert cells["delayed_effect_L30_sd1__episodes"]["visible_fraction"] == 1.0
+    for cell in cells.values():
+        p = cell["methods"]["a2c"]["p_good"][0]
+        assert 0.0 <= p <= 1.0
+    run = json.loads((tmp_path / "delayed_effect_L30_sd1__episodes" / "a2c_seed0.json").read_text())
+    assert run["settings"] and run["horizon"] == "episodes"
+
+
+def test_learning_default_method_targets_logic():
+    """Issue 11's targets for the default: no significantly worse MinAtar game, and IQMs
+    at least a2c's on MinAtar and bsuite."""
+    learning = _import_benchmark("learning")
+    default = learning.DEFAULT_METHOD
+
+    def summary(worse_games, minatar_diff, bsuite_diff, seeds=5):
+        s = _summary(seeds, seeds, 0.05, {default: worse_games})
+        s["domains"]["bsuite"]["methods"][default] = {
+            "iqm": 0.1 + bsuite_diff, "iqm_difference_vs_a2c": {"point": bsuite_diff, "ci": [0, 1]},
+            "iqm_difference_vs_a2c_bonferroni": {"level": 0.983, "ci": [-1, 1]}}
+        s["domains"]["MinAtar"]["methods"][default] = {
+            "iqm_difference_vs_a2c": {"point": minatar_diff, "ci": [-1, 1]}}
+        for task, entry in s["tasks"].items():
+            entry["methods"][default] = {"vs_a2c": {"significantly_worse": task in worse_games}}
+        return s
+
+    t = learning.targets(summary([], 0.01, 0.0))["default"]
+    assert t["minatar_met"] is True and t["bsuite_met"] is True and t["minatar_worse_games"] == []
+    t = learning.targets(summary(["minatar_Asterix"], 0.05, -0.02))["default"]
+    assert t["minatar_met"] is False and t["bsuite_met"] is False  # one worse game is too many
+    assert learning.targets(summary([], -0.001, 0.1))["default"]["minatar_met"] is False
+    assert "minatar_met" not in learning.targets(summary([], 0.1, 0.1, seeds=4))["default"]
