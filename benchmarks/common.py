@@ -91,7 +91,7 @@ def nan_mean(values: Iterable[Optional[float]]) -> Optional[float]:
 # ---------------------------------------------------------------- run store/control
 
 
-# The package's default credit settings (issue 11), written out so that a stored run
+# Issue 11's candidate default credit settings, written out so that a stored run
 # stays what it was whatever the defaults become: `expected_hca` with evidence trust and
 # the larger, faster classifier. The benchmarks' `expected_hca` method is this.
 DEFAULT_CREDIT: Dict[str, Any] = {

@@ -11,7 +11,7 @@ Variants:
   * `a2c`: A2C, no classifier.
   * `hca_batch`: the default before issue 11 (`credit="hca"`, batch trust, classifier
     [64], one step per batch at the policy's learning rate).
-  * `expected_hca`: the package default since issue 11 (`benchmarks/common.py`
+  * `expected_hca`: issue 11's candidate default (`benchmarks/common.py`
     `DEFAULT_CREDIT`: classifier [128, 128] at lr 2.1e-3, 4 extra passes over this batch
     and the last 4).
   * `expected_hca_e1`: the same with 1 extra pass and no memory.

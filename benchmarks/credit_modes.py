@@ -130,7 +130,7 @@ METHODS: Dict[str, Dict[str, Any]] = {
     "mix": before_issue_11({"credit": "mix"}),
     "hca_pure": before_issue_11({"credit": "hca", "trust": None}),
     "c2a2c_pure": before_issue_11({"credit": "c2a2c", "trust": None}),
-    # The package default since issue 11.
+    # Issue 11's candidate default (not adopted: see docs/results.md).
     "expected_hca": dict(DEFAULT_CREDIT),
 }
 

@@ -239,7 +239,8 @@ class ComputeCreditWeights(_CreditPiece):
         # happen to point at this batch's actions. This batch's evidence serves the next.
         accumulated = module.trust_evidence.clone().double()
         self._update_evidence(module, evidence, s.finite)
-        per_bin = credit.evidence_trust(accumulated, config.trust_z, config.trust_max_scale)
+        per_bin = credit.evidence_trust(accumulated, config.trust_z, config.trust_max_scale,
+                                        config.trust_calibration)
         per_decision = credit.decision_trust(per_bin["trust"], pi_probs, q_probs, config.trust_information, bins)
         # The headline numbers are those of the most informative bin that has evidence.
         top = int(torch.nonzero(accumulated[:, 0] >= 2.0).max()) if bool((accumulated[:, 0] >= 2.0).any()) else 0

@@ -37,6 +37,9 @@ ONE_HOT_CREDIT_MODES = tuple(mode for mode in CREDIT_MODES if mode != "expected_
 # held-out evidence accumulated over batches with the episode chunk as the unit;
 # `batch`: `batch_trust`, one weight per batch from its mean held-out information.
 TRUST_MODES = ("evidence", "batch")
+# Where `evidence_trust` puts a calibration scale below 1: into the expected-HCA weights
+# (`weights`) or into the trust, toward A2C (`blend`).
+CALIBRATIONS = ("weights", "blend")
 
 
 def _as_numpy(x) -> np.ndarray:
@@ -266,7 +269,8 @@ def accumulate_evidence(state: torch.Tensor, batch_evidence: torch.Tensor, decay
 
 
 def evidence_trust(
-    evidence: torch.Tensor, z_full_trust: float = 2.0, max_scale: float = 1.0
+    evidence: torch.Tensor, z_full_trust: float = 2.0, max_scale: float = 1.0,
+    calibration: str = "weights",
 ) -> Dict[str, torch.Tensor]:
     """Trust and calibration scale per evidence bin, from accumulated `calibration_evidence`.
 
@@ -278,9 +282,16 @@ def evidence_trust(
     calibrated classifier). Both are 0 without evidence (fewer than 2 units, or
     `q == pi`: `d = 0`).
 
+    `calibration="blend"` moves a scale below 1 into the trust instead: `trust *
+    min(1, scale)`, and `scale = max(1, scale)`. A classifier whose deviation from `pi`
+    is real but mostly noise (a large `z` from many chunks, a small scale) then leaves
+    the gradient to A2C, rather than replacing it with a small multiple of its own.
+
     `evidence`: `[4]` or `[num_bins, 4]`; returns `trust`, `scale` and `z` (float32,
     scalars or one per bin).
     """
+    if calibration not in CALIBRATIONS:
+        raise ValueError(f"calibration must be one of {CALIBRATIONS}, got {calibration!r}")
     ev = evidence.to(torch.float64)
     n, sx, sxx, sd = ev[..., 0], ev[..., 1], ev[..., 2], ev[..., 3]
     usable = (n >= 2.0) & (sd > 1e-12)
@@ -291,6 +302,9 @@ def evidence_trust(
     trust = torch.clamp((z - onset) / (z_full_trust - onset), 0.0, 1.0)
     scale = torch.where(usable, torch.clamp(sx / torch.where(usable, sd, torch.ones_like(sd)), 0.0, max_scale),
                         torch.zeros_like(n))
+    if calibration == "blend":
+        trust = trust * torch.clamp(scale, max=1.0)
+        scale = torch.where(usable, torch.clamp(scale, min=1.0), torch.zeros_like(n))
     return {"trust": trust.float(), "scale": scale.float(), "z": z.float()}
 
 

@@ -29,7 +29,7 @@ from ray.rllib.connectors.learner.frame_stacking import FrameStackingLearner
 from ray.rllib.utils import force_list
 
 from hca_rllib.callbacks import GameScoreCallback
-from hca_rllib.credit import CREDIT_MODES, HINDSIGHT_CREDIT_MODES, TRUST_MODES
+from hca_rllib.credit import CALIBRATIONS, CREDIT_MODES, HINDSIGHT_CREDIT_MODES, TRUST_MODES
 from hca_rllib.envs.resolver import EnvResolutionError, env_family, resolve_env
 from hca_rllib.module import HINDSIGHT_CHOICES, HINDSIGHT_DEFAULTS, hindsight_option_error
 
@@ -101,6 +101,10 @@ HCA_TRAINING_DEFAULTS: Dict[str, Any] = {
     # `expected_hca` with `evidence` trust: the largest calibration scale applied to
     # q - pi (1 / alpha for a classifier shrunk toward pi by alpha).
     "trust_max_scale": 4.0,
+    # `evidence`: where a calibration scale below 1 goes: `weights` (it shrinks the
+    # expected-HCA weights; measured in issue 11) or `blend` (it lowers the trust, toward
+    # A2C; see docs/results.md, "Issue 11", for why).
+    "trust_calibration": "weights",
     # `evidence`: edges (nats, increasing) of the bins of claimed information
     # KL(q || pi) whose evidence is kept apart; each decision takes its bin's trust and
     # scale. []: one bin for all decisions.
@@ -349,6 +353,7 @@ class HCAConfig(AlgorithmConfig):
                      low_open=True, high_open=True)
         in_range("trust_decay", self.trust_decay, 0.0, 1.0, high_open=True)
         in_range("trust_max_scale", self.trust_max_scale, 0.0, math.inf, low_open=True, high_open=True)
+        choice("trust_calibration", self.trust_calibration, CALIBRATIONS)
         bins = self.trust_bins
         if (not isinstance(bins, (list, tuple)) or any(
                 isinstance(e, bool) or not isinstance(e, (int, float)) or not math.isfinite(e) or e <= 0

@@ -30,6 +30,7 @@ INVALID = [
     ("credit", {"credit": "bogus"}, r"credit must be one of \['a2c', 'hca', 'c2a2c', 'mix', 'expected_hca'\].*'bogus'"),
     ("trust", {"trust": "bogus"}, r"trust must be one of \['evidence', 'batch', None\], got 'bogus'"),
     ("trust_max_scale", {"trust_max_scale": 0.0}, r"trust_max_scale must be in \(0\.0, inf\)"),
+    ("trust_calibration", {"trust_calibration": "x"}, r"trust_calibration must be one of \['weights', 'blend'\], got 'x'"),
     ("trust_information", {"trust_information": -1.0}, r"trust_information must be in \(0\.0, inf\)"),
     ("return_mode", {"return_mode": "td"}, r"return_mode must be one of \['bootstrap', 'monte_carlo'\].*'td'"),
     ("optimizer_type", {"optimizer_type": "sgd"}, r"optimizer_type must be one of \['rmsprop', 'adam'\].*'sgd'"),

@@ -328,3 +328,27 @@ def test_evidence_bins_keep_the_evidence_of_each_kind_of_decision_apart():
     # The sums of x and d over the bins are the one-bin sums.
     one = C.calibration_evidence(actions, pi, q, mask)
     torch.testing.assert_close(ev[:, [1, 3]].sum(0), one[0, [1, 3]])
+
+
+def test_blend_calibration_hands_a_noisy_classifier_back_to_a2c():
+    """Real but mostly-noise deviations (the MinAtar failure of issue 11's candidate):
+    many chunks make z large, the scale is small. `weights` keeps full trust and shrinks
+    the expected weights by the scale; `blend` puts the scale into the trust instead."""
+    actions, pi, q, mask = _classifier_batch("exact", n_chunks=2000, seed=11, peak=0.6)
+    rng = np.random.default_rng(12)
+    noisy = torch.softmax(torch.log(q) + torch.as_tensor(rng.normal(0, 1.0, q.shape)), -1)
+    ev = C.calibration_evidence(actions, pi, noisy, mask)
+    weights = C.evidence_trust(ev, max_scale=4.0)
+    blend = C.evidence_trust(ev, max_scale=4.0, calibration="blend")
+    raw = float(ev[0, 1] / ev[0, 3])
+    assert float(weights["z"]) > 4 and raw < 0.5  # significant, and mostly noise
+    assert float(weights["trust"]) == 1.0 and float(weights["scale"]) == pytest.approx(raw, rel=1e-5)
+    assert float(blend["trust"]) == pytest.approx(raw, rel=1e-5) and float(blend["scale"]) == 1.0
+    # A calibrated classifier is treated alike by both.
+    actions, pi, q, mask = _classifier_batch("exact", n_chunks=400, seed=13)
+    ev = C.calibration_evidence(actions, pi, q, mask)
+    a, b = C.evidence_trust(ev, max_scale=4.0), C.evidence_trust(ev, max_scale=4.0, calibration="blend")
+    assert float(a["trust"]) == float(b["trust"]) == 1.0
+    assert float(b["scale"]) == pytest.approx(max(1.0, float(a["scale"])))
+    with pytest.raises(ValueError, match="calibration must be one of"):
+        C.evidence_trust(ev, calibration="bogus")
