@@ -114,10 +114,12 @@ METHODS: Dict[str, Dict[str, Any]] = {
     "expected_hca": dict(DEFAULT_CREDIT),
     "expected_hca_pure": {**DEFAULT_CREDIT, "trust": None},
     "hca_evidence": {**DEFAULT_CREDIT, "credit": "hca"},
+    # The candidate with the calibration scale in the trust (the fix for its MinAtar loss).
+    "expected_hca_blend": {**DEFAULT_CREDIT, "trust_calibration": "blend"},
 }
 COLORS = {"a2c": "black", "hca_batch": "tab:blue", "hca_pure": "tab:cyan", "c2a2c": "tab:orange",
           "mix": "tab:purple", "expected_hca": "tab:red", "expected_hca_pure": "tab:pink",
-          "hca_evidence": "tab:green"}
+          "hca_evidence": "tab:green", "expected_hca_blend": "tab:olive"}
 KEY_TO_DOOR_FIXED = {"apple_prob": 0.3, "apple_reward": 1.0, "door_reward": 5.0}
 
 

@@ -130,10 +130,12 @@ METHODS: Dict[str, Dict[str, Any]] = {
     "hca_pure": before_issue_11({"credit": "hca", "trust": None}),
     # Issue 11's candidate default (not adopted: see docs/results.md).
     "expected_hca": dict(DEFAULT_CREDIT),
+    # The same with the calibration scale in the trust (the fix for its MinAtar loss).
+    "expected_hca_blend": {**DEFAULT_CREDIT, "trust_calibration": "blend"},
 }
 DEFAULT_METHODS = ("a2c", "hca_batch", "c2a2c", "mix", "expected_hca")
 COLORS = {"a2c": "black", "hca_batch": "tab:blue", "c2a2c": "tab:orange", "mix": "tab:purple",
-          "hca_pure": "tab:cyan", "expected_hca": "tab:red"}
+          "hca_pure": "tab:cyan", "expected_hca": "tab:red", "expected_hca_blend": "tab:pink"}
 
 MINATAR_GAMES = ("Breakout", "Asterix", "Freeway", "Seaquest", "SpaceInvaders")
 
