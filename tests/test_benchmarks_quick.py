@@ -141,7 +141,7 @@ def test_credit_modes_quick(tmp_path):
         assert _finite(vs["iqm_ratio"])  # a2c's IQM is > 0 on both tasks
         assert _finite(vs["paired_difference"]["mean"])
     text = (tmp_path / "summary.md").read_text()
-    assert "| cartpole | hca |" in text and "credit_modes.py" in text
+    assert "| cartpole | expected_hca |" in text and "credit_modes.py" in text
     for name in ("curves_bandit.png", "curves_cartpole.png", "final_scores.png"):
         assert (tmp_path / name).stat().st_size > 0, name
 
