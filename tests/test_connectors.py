@@ -211,18 +211,25 @@ def test_untrained_classifier_with_evidence_trust_is_a2c_exactly(credit_mode):
     assert float(module.trust_evidence[0, 0]) == 2.0  # the two chunks were counted
 
 
+def _module_with_classifier(config, actions, push: float):
+    """A module whose classifier is `logits_pi + push * onehot(actions)`: its deviation
+    from pi points at the taken actions (push > 0) or away from them (push < 0)."""
+    module = HCATorchRLModule(
+        observation_space=gym.spaces.Box(-np.inf, np.inf, (4,), np.float32),
+        action_space=gym.spaces.Discrete(2), inference_only=False,
+        model_config={"hindsight": config.hindsight, "uses_hindsight": True})
+    module.hindsight_logits = lambda obs, latent, logits, returns: (
+        logits + push * torch.nn.functional.one_hot(actions, 2))
+    return module
+
+
 def test_wrong_classifier_with_evidence_trust_falls_back_to_a2c():
     """A classifier whose deviation from pi points away from the actions taken: its
     held-out evidence is negative, trust stays 0, the weights are A2C's."""
     config = HCAConfig().training(credit="expected_hca", trust="evidence", trust_decay=0.0)
     batch = make_batch(seed=4)
     actions = batch[Columns.ACTIONS]
-    module = HCATorchRLModule(
-        observation_space=gym.spaces.Box(-np.inf, np.inf, (4,), np.float32),
-        action_space=gym.spaces.Discrete(2), inference_only=False,
-        model_config={"hindsight": config.hindsight, "uses_hindsight": True})
-    module.hindsight_logits = lambda obs, latent, logits, returns: (
-        logits - 2.0 * torch.nn.functional.one_hot(actions, 2))
+    module = _module_with_classifier(config, actions, -2.0)
     run(config, dict(batch), module=module)  # its evidence serves the next batch
     out, _, metrics = run(config, dict(batch), module=module)
     reduced = metrics.reduce()
@@ -241,12 +248,7 @@ def test_right_classifier_with_evidence_trust_gives_expected_hca():
         rows.append(make_batch(seed=seed))
     batch = {k: torch.cat([r[k] for r in rows]) for k in rows[0]}
     actions = batch[Columns.ACTIONS]
-    module = HCATorchRLModule(
-        observation_space=gym.spaces.Box(-np.inf, np.inf, (4,), np.float32),
-        action_space=gym.spaces.Discrete(2), inference_only=False,
-        model_config={"hindsight": config.hindsight, "uses_hindsight": True})
-    module.hindsight_logits = lambda obs, latent, logits, returns: (
-        logits + 1.0 * torch.nn.functional.one_hot(actions, 2))
+    module = _module_with_classifier(config, actions, 1.0)
     out, _, metrics = run(config, dict(batch), module=module)
     # The first batch is weighted with the evidence before it (none): A2C.
     assert metrics.reduce()[MID]["credit/trust"].peek() == 0.0
