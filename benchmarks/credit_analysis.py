@@ -456,7 +456,7 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
     if "aggregate_met" in t:
         d, m = t["aggregate_iqm_difference"], t["aggregate_mean_difference"]
         lines += ["", "## Targets (issue 11)", "",
-                  f"- Aggregate: the default `{t['method']}` beats a2c, IQM and mean, CIs above 0: "
+                  f"- Aggregate: issue 11's candidate default `{t['method']}` beats a2c, IQM and mean, CIs above 0: "
                   f"IQM {d['point']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}], mean "
                   f"{m['point']:+.3f} [{m['ci'][0]:+.3f}, {m['ci'][1]:+.3f}]: {verdict[t['aggregate_met']]}."]
         for name in KEY_TO_DOOR_TARGET_SETTINGS:

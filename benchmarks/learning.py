@@ -492,13 +492,13 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
     d11 = t["default"]
     if "minatar_met" in d11:
         lines.append(
-            f"- Default `{d11['method']}` on MinAtar (issue 11: significantly worse than a2c on "
+            f"- Issue 11's candidate default `{d11['method']}` on MinAtar (significantly worse than a2c on "
             f"no game, aggregate IQM at least a2c's): worse on "
             f"{', '.join(d11['minatar_worse_games']) or 'no game'}, IQM difference "
             f"{d11['minatar_iqm_difference']:+.3f}: {verdict[d11['minatar_met']]}.")
     if "bsuite_met" in d11:
         lines.append(
-            f"- Default `{d11['method']}` on the bsuite credit tasks (issue 11: aggregate IQM at "
+            f"- Issue 11's candidate default `{d11['method']}` on the bsuite credit tasks (aggregate IQM at "
             f"least a2c's): IQM difference {d11['bsuite_iqm_difference']:+.3f}: "
             f"{verdict[d11['bsuite_met']]}.")
     if not t["minatar_significantly_worse_games"]:
