@@ -62,6 +62,9 @@ class CreditState:
     gae: torch.Tensor
     policy_latent: Optional[torch.Tensor] = None
     log_q_all: Optional[torch.Tensor] = None
+    # log pi(a_t|s_t) and log q(a_t|s_t,Z_t) of the taken actions (set with log_q_all).
+    log_pi_taken: Optional[torch.Tensor] = None
+    log_q_taken: Optional[torch.Tensor] = None
     hindsight_logits: Optional[torch.Tensor] = None
     # False when the batch's returns, values or classifier outputs are not finite: the
     # running statistics and the trust are then left as they were.
@@ -149,8 +152,8 @@ class ComputeHindsightLogProbs(_CreditPiece):
         s.finite = self._update_return_statistics(module, s.returns[s.mask], s.values[s.mask])
         s.hindsight_logits = module.hindsight_logits(obs, s.policy_latent, s.policy_logits, s.returns)
         s.log_q_all = torch.log_softmax(s.hindsight_logits, dim=-1)
-        log_pi = s.log_pi_all.gather(-1, s.actions.unsqueeze(-1)).squeeze(-1)
-        log_q = s.log_q_all.gather(-1, s.actions.unsqueeze(-1)).squeeze(-1)
+        s.log_pi_taken = log_pi = s.log_pi_all.gather(-1, s.actions.unsqueeze(-1)).squeeze(-1)
+        s.log_q_taken = log_q = s.log_q_all.gather(-1, s.actions.unsqueeze(-1)).squeeze(-1)
         s.finite = s.finite and bool(torch.isfinite(s.log_q_all[s.mask]).all())
         b[RETURNS] = s.returns
         return {
@@ -225,9 +228,7 @@ class ComputeCreditWeights(_CreditPiece):
             return None, 1.0
         pi_probs, q_probs = s.log_pi_all.exp(), s.log_q_all.exp()
         if config.trust == "batch":
-            log_pi = s.log_pi_all.gather(-1, s.actions.unsqueeze(-1)).squeeze(-1)
-            log_q = s.log_q_all.gather(-1, s.actions.unsqueeze(-1)).squeeze(-1)
-            batch = credit.batch_trust(log_q - log_pi, s.mask, config.trust_z, config.trust_information)
+            batch = credit.batch_trust(s.log_q_taken - s.log_pi_taken, s.mask, config.trust_z, config.trust_information)
             trust = self._update_batch_trust(module, batch, s.finite)
             diagnostics["credit/trust"] = trust
             return trust, 1.0
@@ -286,8 +287,7 @@ class ComputeCreditWeights(_CreditPiece):
     def _diagnostics(self, s: CreditState) -> Dict[str, Any]:
         """Method note, section 4, measured on this (held-out) batch."""
         config, mask, parts = self.config, s.mask, s.parts
-        log_pi = s.log_pi_all.gather(-1, s.actions.unsqueeze(-1)).squeeze(-1)
-        log_q = s.log_q_all.gather(-1, s.actions.unsqueeze(-1)).squeeze(-1)
+        log_pi, log_q = s.log_pi_taken, s.log_q_taken
         # The credit estimator itself (before any blending toward A2C) against GAE.
         if "expected_weights" in parts:
             estimator = parts["expected_weights"].gather(-1, s.actions.unsqueeze(-1)).squeeze(-1)

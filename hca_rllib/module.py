@@ -28,6 +28,8 @@ from ray.rllib.core.rl_module.rl_module import RLModule
 from ray.rllib.core.rl_module.torch import TorchRLModule
 from ray.rllib.utils.annotations import override
 
+from hca_rllib import credit
+
 # Column names this package adds to train batches and forward outputs.
 RETURNS = "returns"
 HINDSIGHT_LOGITS = "hindsight_logits"
@@ -404,8 +406,6 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
     def update_trust_evidence(self, batch_evidence: torch.Tensor, decay: float) -> torch.Tensor:
         """`trust="evidence"`: fold this batch's `credit.calibration_evidence` into the
         accumulated evidence (`credit.accumulate_evidence`); returns the new value."""
-        from hca_rllib import credit
-
         if tuple(batch_evidence.shape) != tuple(self.trust_evidence.shape):
             raise ValueError(
                 f"trust evidence of shape {tuple(batch_evidence.shape)} for a module built for "
