@@ -111,6 +111,9 @@ OPTIONS: Dict[str, Dict[str, Any]] = {
                                 "hindsight": {"hiddens": [128, 128], "balanced": True}},
     "h128_lr3x_ep4_mem4": {"hindsight_lr": 3 * LR, "hindsight_epochs": 4,
                            "hindsight_memory": 4, "hindsight": {"hiddens": [128, 128]}},
+    # the same without memory: a fifth of the extra passes' cost (credit_cost.py)
+    "h128_lr3x_ep4": {"hindsight_lr": 3 * LR, "hindsight_epochs": 4,
+                      "hindsight": {"hiddens": [128, 128]}},
 }
 QUICK_SETTINGS = ("delayed_effect_L10_sd1",)
 QUICK_OPTIONS = ("default", "all_new")

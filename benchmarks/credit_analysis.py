@@ -66,7 +66,7 @@ for _path in (str(REPO), str(BENCH_DIR)):
         sys.path.insert(0, _path)
 
 from common import (  # noqa: E402
-    DEFAULT_CREDIT,
+    DEFAULT_CREDIT, FIRST_CANDIDATE,
     before_issue_11,
     bootstrap_ci,
     check_grid_args,
@@ -111,11 +111,13 @@ METHODS: Dict[str, Dict[str, Any]] = {
     "mix": before_issue_11({"credit": "mix"}),
     # Issue 11's candidate default (not adopted: see docs/results.md), its pure estimator, and hca with its trust and
     # classifier.
-    "expected_hca": dict(DEFAULT_CREDIT),
-    "expected_hca_pure": {**DEFAULT_CREDIT, "trust": None},
-    "hca_evidence": {**DEFAULT_CREDIT, "credit": "hca"},
+    "expected_hca": dict(FIRST_CANDIDATE),
+    "expected_hca_pure": {**FIRST_CANDIDATE, "trust": None},
+    "hca_evidence": {**FIRST_CANDIDATE, "credit": "hca"},
     # The candidate with the calibration scale in the trust (the fix for its MinAtar loss).
-    "expected_hca_blend": {**DEFAULT_CREDIT, "trust_calibration": "blend"},
+    "expected_hca_blend": {**FIRST_CANDIDATE, "trust_calibration": "blend"},
+    # Issue 11's second candidate (common.DEFAULT_CREDIT): the blend without memory.
+    "expected_hca_blend_nomem": dict(DEFAULT_CREDIT),
 }
 COLORS = {"a2c": "black", "hca_batch": "tab:blue", "hca_pure": "tab:cyan", "c2a2c": "tab:orange",
           "mix": "tab:purple", "expected_hca": "tab:red", "expected_hca_pure": "tab:pink",

@@ -81,6 +81,7 @@ from hca_rllib.runner import RESULT_KEYS, training_iterations  # noqa: E402
 
 from common import (  # noqa: E402  (benchmarks/common.py, found via BENCH_DIR)
     DEFAULT_CREDIT,
+    FIRST_CANDIDATE,
     before_issue_11,
     DIAGNOSTICS_LAST,
     EpisodeLog,
@@ -131,7 +132,9 @@ METHODS: Dict[str, Dict[str, Any]] = {
     "hca_pure": before_issue_11({"credit": "hca", "trust": None}),
     "c2a2c_pure": before_issue_11({"credit": "c2a2c", "trust": None}),
     # Issue 11's candidate default (not adopted: see docs/results.md).
-    "expected_hca": dict(DEFAULT_CREDIT),
+    "expected_hca": dict(FIRST_CANDIDATE),
+    # Issue 11's second candidate (common.DEFAULT_CREDIT): the blend without memory.
+    "expected_hca_blend_nomem": dict(DEFAULT_CREDIT),
 }
 
 def _delayed_effect_task(length: int, noise_std: float, noise_note: str) -> Dict[str, Any]:

@@ -56,7 +56,7 @@ VARIANTS = {
     "hca_pure_strong": {"credit": "hca", "trust": None, **STRONG},
 }
 METHODS = {name: before_issue_11(overrides) for name, overrides in VARIANTS.items()}
-# The variant the screen chose as the candidate default (common.DEFAULT_CREDIT; it lost on
+# The variant the screen chose as the first candidate default (common.FIRST_CANDIDATE; it lost on
 # MinAtar, so the package kept its defaults: docs/results.md).
 CHOSEN = "ehca_d99_strong"
 DEFAULT_OUT = credit_analysis.REPO / "benchmarks" / "results" / "credit_screen"

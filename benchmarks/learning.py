@@ -78,7 +78,7 @@ for _path in (str(REPO), str(BENCH_DIR)):
         sys.path.insert(0, _path)
 
 from common import (  # noqa: E402
-    DEFAULT_CREDIT,
+    DEFAULT_CREDIT, FIRST_CANDIDATE,
     before_issue_11,
     check_grid_args,
     cell_path,
@@ -129,9 +129,11 @@ METHODS: Dict[str, Dict[str, Any]] = {
     "mix": before_issue_11({"credit": "mix"}),
     "hca_pure": before_issue_11({"credit": "hca", "trust": None}),
     # Issue 11's candidate default (not adopted: see docs/results.md).
-    "expected_hca": dict(DEFAULT_CREDIT),
+    "expected_hca": dict(FIRST_CANDIDATE),
     # The same with the calibration scale in the trust (the fix for its MinAtar loss).
-    "expected_hca_blend": {**DEFAULT_CREDIT, "trust_calibration": "blend"},
+    "expected_hca_blend": {**FIRST_CANDIDATE, "trust_calibration": "blend"},
+    # Issue 11's second candidate (common.DEFAULT_CREDIT): the blend without memory.
+    "expected_hca_blend_nomem": dict(DEFAULT_CREDIT),
 }
 DEFAULT_METHODS = ("a2c", "hca_batch", "c2a2c", "mix", "expected_hca")
 COLORS = {"a2c": "black", "hca_batch": "tab:blue", "c2a2c": "tab:orange", "mix": "tab:purple",

@@ -590,7 +590,7 @@ def test_credit_cost_quick(tmp_path):
     finite iteration times and a2c's ratio exactly 1."""
     _run_script("credit_cost.py", "--quick", "--out", tmp_path, timeout=600)
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert set(summary["variants"]) == {"a2c", "expected_hca"}
+    assert set(summary["variants"]) == {"a2c", "expected_hca_blend_nomem"}
     assert summary["variants"]["a2c"]["ratio_to_a2c"] == 1.0
     for name, r in summary["variants"].items():
         assert len(r["iterations_s"]) == 2 and all(_finite(t) and t > 0 for t in r["iterations_s"])
