@@ -67,7 +67,7 @@ HORIZONS: Dict[str, tuple] = {"H64": (8, 64), "H128": (4, 128), "H256": (2, 256)
 CELLS = {f"{s}__{h}": (s, h) for s in BASE_SETTINGS for h in HORIZONS}
 QUICK_CELLS = ("delayed_effect_L30_sd1__H64", "delayed_effect_L30_sd1__episodes")
 QUICK_METHODS = ("a2c",)
-DEFAULT_METHODS = ("a2c", "hca", "hca_pure")
+DEFAULT_METHODS = ("a2c", "hca_batch", "expected_hca_blend_nomem")
 
 
 def base_config(cell: str):

@@ -637,3 +637,31 @@ def test_learning_default_method_targets_logic():
     assert t["minatar_met"] is False and t["bsuite_met"] is False  # one worse game is too many
     assert learning.targets(summary([], -0.001, 0.1))["default"]["minatar_met"] is False
     assert "minatar_met" not in learning.targets(summary([], 0.1, 0.1, seeds=4))["default"]
+
+
+def test_benchmark_method_lists_name_known_methods():
+    """Every default and quick method list of a grid benchmark names a method of the table
+    it runs from (a rename once left `credit_horizon.py` asking for `hca`)."""
+    import importlib
+
+    bench = str(Path(__file__).resolve().parents[1] / "benchmarks")
+    sys.path.insert(0, bench)
+    try:
+        checked = 0
+        for name, table in (("learning", "METHODS"), ("credit_analysis", "METHODS"),
+                            ("credit_modes", "METHODS"), ("credit_cost", "VARIANTS")):
+            module = importlib.import_module(name)
+            known = set(getattr(module, table))
+            for listing in ("DEFAULT_METHODS", "QUICK_METHODS", "QUICK_VARIANTS", "DEFAULT_METHOD",
+                            "CANDIDATE"):
+                names = getattr(module, listing, ())
+                names = (names,) if isinstance(names, str) else names
+                assert set(names) <= known, (name, listing, set(names) - known)
+                checked += len(names)
+        horizon = importlib.import_module("credit_horizon")
+        known = set(importlib.import_module("credit_analysis").METHODS)
+        for listing in (horizon.DEFAULT_METHODS, horizon.QUICK_METHODS):
+            assert set(listing) <= known, set(listing) - known
+        assert checked > 10
+    finally:
+        sys.path.remove(bench)
