@@ -134,10 +134,15 @@ METHODS: Dict[str, Dict[str, Any]] = {
     "expected_hca_blend": {**FIRST_CANDIDATE, "trust_calibration": "blend"},
     # Issue 11's second candidate (common.DEFAULT_CREDIT): the blend without memory.
     "expected_hca_blend_nomem": dict(DEFAULT_CREDIT),
+    # A control: A2C's update with the second candidate's classifier trained beside it
+    # (its diagnostics, its cost and its random-number path), to tell the credit from the
+    # rest on a task where A2C itself is a lottery over seeds (Freeway).
+    "a2c_candidate_classifier": {**DEFAULT_CREDIT, "credit": "a2c"},
 }
 DEFAULT_METHODS = ("a2c", "hca_batch", "c2a2c", "mix", "expected_hca")
 COLORS = {"a2c": "black", "hca_batch": "tab:blue", "c2a2c": "tab:orange", "mix": "tab:purple",
-          "hca_pure": "tab:cyan", "expected_hca": "tab:red", "expected_hca_blend": "tab:pink"}
+          "hca_pure": "tab:cyan", "expected_hca": "tab:red", "expected_hca_blend": "tab:pink",
+          "expected_hca_blend_nomem": "tab:green", "a2c_candidate_classifier": "tab:gray"}
 
 MINATAR_GAMES = ("Breakout", "Asterix", "Freeway", "Seaquest", "SpaceInvaders")
 
