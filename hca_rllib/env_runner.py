@@ -65,6 +65,8 @@ from ray.rllib.env.env_errors import StepFailedRecreateEnvError
 logger = logging.getLogger(__name__)
 
 SAMPLERS = ("lean", "rllib")
+# The default of `HCAConfig.sampler` (benchmarks/results/throughput_lean/summary.md).
+DEFAULT_SAMPLER = "lean"
 
 # Connector pieces the lean loop does itself (RLlib's defaults, and frame stacking).
 _ENV_TO_MODULE_OK = (
