@@ -26,6 +26,10 @@ Methods (same names in both settings where they exist):
 * ``a2c``: ``hca_rllib.A2CConfig`` (MinAtar: ``A2CConfig().environment("minatar/Breakout")``
   with its defaults; Atari: ``atari_config("Pong", "A2C")``), one local EnvRunner
   (``num_env_runners=0``), local learner. The denominator of every ratio.
+* ``a2c_lean``, ``a2c_rllib``: the same A2C with ``env_runners(sampler="lean")``
+  (``hca_rllib.env_runner.LeanEnvRunner``) and ``sampler="rllib"`` (RLlib's
+  ``SingleAgentEnvRunner`` and its connector pipelines): the two sampling paths in one
+  run (``a2c`` is whichever is the default).
 * ``hca``, ``c2a2c``, ``mix``: ``HCAConfig`` with that ``credit``, same setting, the
   hindsight classifier trained every iteration (its defaults).
 * ``ppo_1epoch``: RLlib's PPO (its ``training_step``, learner, loss and GAE connector)
@@ -175,10 +179,11 @@ SETTINGS: Dict[str, Dict[str, Any]] = {
                              "C++ vector env, 4 stacked frames, Nature CNN"},
 }
 METHODS: Dict[str, Tuple[str, ...]] = {
-    "minatar": ("a2c", "hca", "c2a2c", "mix", "ppo_1epoch", "ppo_1epoch_rllib_module",
-                "sb3_a2c", "sb3_a2c_mlp", "a2c_runners1", "a2c_runners2"),
-    "atari": ("a2c", "hca", "c2a2c", "mix", "ppo_1epoch", "sb3_a2c", "a2c_runners1",
-              "a2c_runners2"),
+    "minatar": ("a2c", "a2c_lean", "a2c_rllib", "hca", "c2a2c", "mix", "ppo_1epoch",
+                "ppo_1epoch_rllib_module", "sb3_a2c", "sb3_a2c_mlp", "a2c_runners1",
+                "a2c_runners2"),
+    "atari": ("a2c", "a2c_lean", "a2c_rllib", "hca", "c2a2c", "mix", "ppo_1epoch", "sb3_a2c",
+              "a2c_runners1", "a2c_runners2"),
 }
 ALL_METHODS = tuple(dict.fromkeys(METHODS["minatar"] + METHODS["atari"]))
 QUICK_METHODS = {"minatar": ("a2c", "hca", "ppo_1epoch", "sb3_a2c", "a2c_runners1"),
@@ -186,7 +191,9 @@ QUICK_METHODS = {"minatar": ("a2c", "hca", "ppo_1epoch", "sb3_a2c", "a2c_runners
 # --quick: one Atari train() = 2 updates instead of 25.
 QUICK_ATARI_STEPS_PER_ITERATION = 160
 LABELS = {
-    "a2c": "A2C (hca_rllib), 0 remote runners",
+    "a2c": "A2C (hca_rllib), 0 remote runners, the default sampler",
+    "a2c_lean": "A2C, sampler='lean' (hca_rllib's LeanEnvRunner)",
+    "a2c_rllib": "A2C, sampler='rllib' (RLlib's SingleAgentEnvRunner)",
     "hca": "HCA credit=hca",
     "c2a2c": "HCA credit=c2a2c",
     "mix": "HCA credit=mix",
@@ -250,6 +257,7 @@ def ours_config(env: str, method: str, quick: bool = False):
 
     runners = int(method[-1]) if method.startswith("a2c_runners") else 0
     credit = method if method in HINDSIGHT_CREDIT_MODES else None
+    sampler = {"a2c_lean": "lean", "a2c_rllib": "rllib"}.get(method)
     if env == "atari":
         from tuned_examples.common import atari_config
 
@@ -265,6 +273,8 @@ def ours_config(env: str, method: str, quick: bool = False):
             config = config.env_runners(num_env_runners=runners)
     if runners:
         config = config.env_runners(num_cpus_per_env_runner=0.5)
+    if sampler:
+        config = config.env_runners(sampler=sampler)
     return config
 
 
@@ -863,6 +873,10 @@ def targets(data: Dict[str, Any]) -> List[Dict[str, Any]]:
             "ppo_1epoch")
         add("HCA >= RLlib PPO (1 epoch, same batch and network)", "HCA / PPO", "hca",
             "ppo_1epoch")
+        add("lean sampler >= RLlib's (A2C, 0 runners)", "a2c_lean / a2c_rllib", "a2c_lean",
+            "a2c_rllib")
+        add("A2C lean >= 1.5 x SB3 A2C (same network; issue 12, per CPU-second)",
+            "a2c_lean / SB3", "a2c_lean", "sb3_a2c", 1.5)
         add("A2C (0 runners) >= SB3 A2C (same network)", "A2C / SB3", "a2c", "sb3_a2c")
         add("HCA (0 runners) >= SB3 A2C (same network)", "HCA / SB3", "hca", "sb3_a2c")
         candidates = [m for m in ("a2c", "a2c_runners1", "a2c_runners2")
