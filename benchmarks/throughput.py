@@ -118,7 +118,8 @@ After the rounds (skip with ``--no-details``):
   own on the same batch (``connector_policy_value``, ``connector_hindsight``). Medians
   over the repetitions; nothing in the package is changed or patched.
 * **Where sampling time goes**: cProfile of ``--profile-calls`` calls of the local
-  EnvRunner's ``sample()`` (one train batch each) of MinAtar A2C (and Atari A2C), after
+  EnvRunner's ``sample()`` (one train batch each) of MinAtar A2C (and Atari A2C; also
+  ``a2c_rllib``, RLlib's runner, when it is among the methods), after
   two ``train()`` calls; the same number of calls timed without the profiler first.
   Own time of every function is assigned to a group by its file (env step, module
   forward, connectors, episode bookkeeping, metrics, EnvRunner loop, hca_rllib's own
@@ -727,11 +728,11 @@ def _func_name(func) -> str:
     return f"{'/'.join(parts[-2:])}:{line}({name})"
 
 
-def profile_sampling(env: str, calls: int, quick: bool) -> Dict[str, Any]:
+def profile_sampling(env: str, calls: int, quick: bool, method: str = "a2c") -> Dict[str, Any]:
     import cProfile
     import pstats
 
-    algo = ours_config(env, "a2c", quick).build_algo()
+    algo = ours_config(env, method, quick).build_algo()
     try:
         for _ in range(2):
             algo.train()
@@ -769,7 +770,7 @@ def profile_sampling(env: str, calls: int, quick: bool) -> Dict[str, Any]:
                   key=lambda kv: -kv[1][3])
     vector_steps = calls * SETTINGS[env]["n_steps"]
     return {
-        "env": env, "method": "a2c", "calls": calls,
+        "env": env, "method": method, "sampler": algo.config.sampler, "calls": calls,
         "steps_per_s_unprofiled": steps / plain_s, "steps_per_s_profiled": psteps / profiled_s,
         "vector_step_us_unprofiled": 1e6 * plain_s / vector_steps,
         "module_eval_us": eval_us, "module_submodules": n_submodules,
@@ -1018,8 +1019,18 @@ def _memory_table(data: Dict[str, Any]) -> List[str]:
     return lines
 
 
+def _sampler_of(profile: Dict[str, Any]) -> str:
+    """The sampler a profile ran (runs before it was stored: from the method's name)."""
+    from hca_rllib.env_runner import DEFAULT_SAMPLER
+
+    if profile.get("sampler"):
+        return profile["sampler"]
+    return {"a2c_rllib": "rllib", "a2c_lean": "lean"}.get(profile.get("method"), DEFAULT_SAMPLER)
+
+
 def _profile_section(profile: Dict[str, Any]) -> List[str]:
-    lines = [f"### {SETTINGS[profile['env']]['title']}, A2C, {profile['calls']} calls of "
+    lines = [f"### {SETTINGS[profile['env']]['title']}, `{profile.get('method', 'a2c')}`, "
+             f"{profile['calls']} calls of "
              "`EnvRunner.sample()`", "",
              f"Sampling rate without the profiler {profile['steps_per_s_unprofiled']:,.0f} "
              f"steps/s, with it {profile['steps_per_s_profiled']:,.0f} (cProfile's overhead "
@@ -1040,7 +1051,8 @@ def _profile_section(profile: Dict[str, Any]) -> List[str]:
               f"every forward pass takes {profile['module_eval_us']:.0f} us alone "
               f"({profile['module_submodules']} submodules walked; "
               f"{profile['module_eval_us'] / profile['vector_step_us_unprofiled']:.1%} of "
-              "the step)."]
+              "the step" + ("; the lean sampler calls it once per `sample()`)."
+                            if _sampler_of(profile) == "lean" else ").")]
     lines += ["", "Top 15 functions by own time:", "",
               "| function | calls | own s | cumulative s | group |", "|---|---|---|---|---|"]
     for row in profile["top_own"]:
@@ -1292,8 +1304,12 @@ def main(argv: Optional[List[str]] = None) -> None:
                         f"{key} {v:.2f}" for key, v in split["ms_median"].items()) + " ms",
                         flush=True)
             for env in envs:
-                details["profile"].append(profile_sampling(env, profile_calls, quick))
-                print(f"profile {env}: {details['profile'][-1]['groups_fraction']}", flush=True)
+                # Both samplers when the run compares them (a2c is the default one).
+                profiled = ["a2c"] + [m for m in ("a2c_rllib",) if m in plan[env]]
+                for method in profiled:
+                    details["profile"].append(profile_sampling(env, profile_calls, quick, method))
+                    print(f"profile {env} {method}: {details['profile'][-1]['groups_fraction']}",
+                          flush=True)
     finally:
         ray.shutdown()
         data: Dict[str, Any] = {
