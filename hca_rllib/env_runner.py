@@ -17,6 +17,7 @@ timestep loop of ``_sample`` (``sample()``'s framing, weight sync, state, checkp
   across fragments and the same lookback buffer (``episode_lookback_horizon`` steps:
   the frames the learner's frame stacking reaches back to). Infos are kept at the steps
   where an episode ends (the full-game score lives there) and are empty elsewhere.
+  Episodes are always numpy (finalized) ones: ``episodes_to_numpy=False`` is not honoured.
 * Frame stacking (RLlib's ``FrameStackingEnvToModule``, which HCAConfig installs for
   Atari) as one rolling ``uint8`` stack per env: the last ``num_frames`` frames of the
   episode, zeros before its first frame, as RLlib's connector builds them.
