@@ -295,3 +295,28 @@ def test_lean_trains_with_a_remote_env_runner(ray_local):
         assert result["env_runners"]["num_env_steps_sampled_lifetime"] >= 3 * 128
     finally:
         algo.stop()
+
+
+@pytest.mark.parametrize("env", ["CartPole-v1", "minatar/Breakout"])
+def test_same_seed_trains_to_the_same_weights_on_both_samplers(ray_local, env):
+    """End to end with a stochastic policy: A2C with the same seed, 3 iterations of
+    sampling, learner update and weight sync on each sampler, ends with bitwise-equal
+    learner weights: the lean path changes the speed, not the training."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # multi-threaded kernels may sum in another order
+    weights = {}
+    try:
+        for sampler in ("rllib", "lean"):
+            algo = _config(env, 4, 32).env_runners(sampler=sampler).build_algo()
+            try:
+                for _ in range(3):
+                    algo.train()
+                module = algo.learner_group._learner.module["default_policy"]
+                weights[sampler] = {k: v.detach().clone() for k, v in module.state_dict().items()}
+            finally:
+                algo.stop()
+    finally:
+        torch.set_num_threads(threads)
+    assert weights["rllib"].keys() == weights["lean"].keys()
+    for key, value in weights["rllib"].items():
+        assert torch.equal(value, weights["lean"][key]), key
