@@ -320,3 +320,26 @@ def test_same_seed_trains_to_the_same_weights_on_both_samplers(ray_local, env):
     assert weights["rllib"].keys() == weights["lean"].keys()
     for key, value in weights["rllib"].items():
         assert torch.equal(value, weights["lean"][key]), key
+
+
+def test_env_step_failure_recreates_the_envs_and_sampling_goes_on(tmp_path):
+    """`restart_failed_sub_environments=True` on the lean path: an env that raises mid
+    fragment is re-created and reset (RLlib's `_try_env_step` semantics), the fragment is
+    sampled again from the fresh envs, and the failure is counted."""
+    from hca_rllib.testing import FAIL_ONCE_ENV_ID
+
+    marker = tmp_path / "failed_once"
+    config = (_config(FAIL_ONCE_ENV_ID, 2, 16)
+              .environment(env_config={"env_id": "CartPole-v1", "fail_at_step": 40,
+                                       "marker": str(marker)})
+              .fault_tolerance(restart_failed_sub_environments=True))
+    runner = _runner(config, "lean")
+    env_before = runner.env
+    for _ in range(4):
+        episodes = runner.sample()
+        assert sum(len(e) for e in episodes) >= 32
+        for episode in episodes:
+            episode.validate()
+    assert marker.exists() and runner.env is not env_before  # it failed and was re-created
+    metrics = runner.get_metrics()
+    assert metrics["num_env_step_failures"].peek() == 1
