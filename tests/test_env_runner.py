@@ -343,3 +343,19 @@ def test_env_step_failure_recreates_the_envs_and_sampling_goes_on(tmp_path):
     assert marker.exists() and runner.env is not env_before  # it failed and was re-created
     metrics = runner.get_metrics()
     assert metrics["num_env_step_failures"].peek() == 1
+
+
+def test_num_episodes_and_random_actions_run_rllibs_loop_then_lean_resumes():
+    """`sample(num_episodes=...)` (evaluation, `batch_mode="complete_episodes"`) and
+    `random_actions=True` go through RLlib's own loop on the same runner; the lean loop
+    then starts from freshly reset envs (new episodes, t_started 0)."""
+    runner = _runner(_config("CartPole-v1", 2, 8), "lean")
+    runner.sample()
+    whole = runner.sample(num_episodes=3)
+    assert len(whole) >= 3 and all(e.is_done and e.t_started == 0 for e in whole)
+    after = runner.sample()
+    assert all(e.t_started == 0 for e in after) and sum(len(e) for e in after) >= 16
+    randomly = runner.sample(num_timesteps=20, random_actions=True)
+    assert sum(len(e) for e in randomly) >= 20
+    assert all(e.t_started == 0 for e in runner.sample())
+    assert runner.get_metrics()["num_episodes_lifetime"].peek() >= 3
