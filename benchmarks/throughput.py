@@ -26,6 +26,10 @@ Methods (same names in both settings where they exist):
 * ``a2c``: ``hca_rllib.A2CConfig`` (MinAtar: ``A2CConfig().environment("minatar/Breakout")``
   with its defaults; Atari: ``atari_config("Pong", "A2C")``), one local EnvRunner
   (``num_env_runners=0``), local learner. The denominator of every ratio.
+* ``a2c_lean``, ``a2c_rllib``: the same A2C with ``env_runners(sampler="lean")``
+  (``hca_rllib.env_runner.LeanEnvRunner``) and ``sampler="rllib"`` (RLlib's
+  ``SingleAgentEnvRunner`` and its connector pipelines): the two sampling paths in one
+  run (``a2c`` is whichever is the default).
 * ``hca``, ``c2a2c``, ``mix``: ``HCAConfig`` with that ``credit``, same setting, the
   hindsight classifier trained every iteration (its defaults).
 * ``ppo_1epoch``: RLlib's PPO (its ``training_step``, learner, loss and GAE connector)
@@ -114,7 +118,8 @@ After the rounds (skip with ``--no-details``):
   own on the same batch (``connector_policy_value``, ``connector_hindsight``). Medians
   over the repetitions; nothing in the package is changed or patched.
 * **Where sampling time goes**: cProfile of ``--profile-calls`` calls of the local
-  EnvRunner's ``sample()`` (one train batch each) of MinAtar A2C (and Atari A2C), after
+  EnvRunner's ``sample()`` (one train batch each) of MinAtar A2C (and Atari A2C; also
+  ``a2c_rllib``, RLlib's runner, when it is among the methods), after
   two ``train()`` calls; the same number of calls timed without the profiler first.
   Own time of every function is assigned to a group by its file (env step, module
   forward, connectors, episode bookkeeping, metrics, EnvRunner loop, hca_rllib's own
@@ -175,10 +180,11 @@ SETTINGS: Dict[str, Dict[str, Any]] = {
                              "C++ vector env, 4 stacked frames, Nature CNN"},
 }
 METHODS: Dict[str, Tuple[str, ...]] = {
-    "minatar": ("a2c", "hca", "c2a2c", "mix", "ppo_1epoch", "ppo_1epoch_rllib_module",
-                "sb3_a2c", "sb3_a2c_mlp", "a2c_runners1", "a2c_runners2"),
-    "atari": ("a2c", "hca", "c2a2c", "mix", "ppo_1epoch", "sb3_a2c", "a2c_runners1",
-              "a2c_runners2"),
+    "minatar": ("a2c", "a2c_lean", "a2c_rllib", "hca", "c2a2c", "mix", "ppo_1epoch",
+                "ppo_1epoch_rllib_module", "sb3_a2c", "sb3_a2c_mlp", "a2c_runners1",
+                "a2c_runners2"),
+    "atari": ("a2c", "a2c_lean", "a2c_rllib", "hca", "c2a2c", "mix", "ppo_1epoch", "sb3_a2c",
+              "a2c_runners1", "a2c_runners2"),
 }
 ALL_METHODS = tuple(dict.fromkeys(METHODS["minatar"] + METHODS["atari"]))
 QUICK_METHODS = {"minatar": ("a2c", "hca", "ppo_1epoch", "sb3_a2c", "a2c_runners1"),
@@ -186,7 +192,9 @@ QUICK_METHODS = {"minatar": ("a2c", "hca", "ppo_1epoch", "sb3_a2c", "a2c_runners
 # --quick: one Atari train() = 2 updates instead of 25.
 QUICK_ATARI_STEPS_PER_ITERATION = 160
 LABELS = {
-    "a2c": "A2C (hca_rllib), 0 remote runners",
+    "a2c": "A2C (hca_rllib), 0 remote runners, the default sampler",
+    "a2c_lean": "A2C, sampler='lean' (hca_rllib's LeanEnvRunner)",
+    "a2c_rllib": "A2C, sampler='rllib' (RLlib's SingleAgentEnvRunner)",
     "hca": "HCA credit=hca",
     "c2a2c": "HCA credit=c2a2c",
     "mix": "HCA credit=mix",
@@ -250,6 +258,7 @@ def ours_config(env: str, method: str, quick: bool = False):
 
     runners = int(method[-1]) if method.startswith("a2c_runners") else 0
     credit = method if method in HINDSIGHT_CREDIT_MODES else None
+    sampler = {"a2c_lean": "lean", "a2c_rllib": "rllib"}.get(method)
     if env == "atari":
         from tuned_examples.common import atari_config
 
@@ -265,6 +274,8 @@ def ours_config(env: str, method: str, quick: bool = False):
             config = config.env_runners(num_env_runners=runners)
     if runners:
         config = config.env_runners(num_cpus_per_env_runner=0.5)
+    if sampler:
+        config = config.env_runners(sampler=sampler)
     return config
 
 
@@ -717,11 +728,11 @@ def _func_name(func) -> str:
     return f"{'/'.join(parts[-2:])}:{line}({name})"
 
 
-def profile_sampling(env: str, calls: int, quick: bool) -> Dict[str, Any]:
+def profile_sampling(env: str, calls: int, quick: bool, method: str = "a2c") -> Dict[str, Any]:
     import cProfile
     import pstats
 
-    algo = ours_config(env, "a2c", quick).build_algo()
+    algo = ours_config(env, method, quick).build_algo()
     try:
         for _ in range(2):
             algo.train()
@@ -759,7 +770,7 @@ def profile_sampling(env: str, calls: int, quick: bool) -> Dict[str, Any]:
                   key=lambda kv: -kv[1][3])
     vector_steps = calls * SETTINGS[env]["n_steps"]
     return {
-        "env": env, "method": "a2c", "calls": calls,
+        "env": env, "method": method, "sampler": algo.config.sampler, "calls": calls,
         "steps_per_s_unprofiled": steps / plain_s, "steps_per_s_profiled": psteps / profiled_s,
         "vector_step_us_unprofiled": 1e6 * plain_s / vector_steps,
         "module_eval_us": eval_us, "module_submodules": n_submodules,
@@ -863,6 +874,11 @@ def targets(data: Dict[str, Any]) -> List[Dict[str, Any]]:
             "ppo_1epoch")
         add("HCA >= RLlib PPO (1 epoch, same batch and network)", "HCA / PPO", "hca",
             "ppo_1epoch")
+        add("lean sampler >= RLlib's (A2C, 0 runners)", "a2c_lean / a2c_rllib", "a2c_lean",
+            "a2c_rllib")
+        lean_target = 1.5 if env == "minatar" else 1.0  # issue 12, per CPU-second
+        add(f"A2C lean >= {lean_target} x SB3 A2C (same network; issue 12, per CPU-second)",
+            "a2c_lean / SB3", "a2c_lean", "sb3_a2c", lean_target)
         add("A2C (0 runners) >= SB3 A2C (same network)", "A2C / SB3", "a2c", "sb3_a2c")
         add("HCA (0 runners) >= SB3 A2C (same network)", "HCA / SB3", "hca", "sb3_a2c")
         candidates = [m for m in ("a2c", "a2c_runners1", "a2c_runners2")
@@ -1003,8 +1019,18 @@ def _memory_table(data: Dict[str, Any]) -> List[str]:
     return lines
 
 
+def _sampler_of(profile: Dict[str, Any]) -> str:
+    """The sampler a profile ran (runs before it was stored: from the method's name)."""
+    from hca_rllib.env_runner import DEFAULT_SAMPLER
+
+    if profile.get("sampler"):
+        return profile["sampler"]
+    return {"a2c_rllib": "rllib", "a2c_lean": "lean"}.get(profile.get("method"), DEFAULT_SAMPLER)
+
+
 def _profile_section(profile: Dict[str, Any]) -> List[str]:
-    lines = [f"### {SETTINGS[profile['env']]['title']}, A2C, {profile['calls']} calls of "
+    lines = [f"### {SETTINGS[profile['env']]['title']}, `{profile.get('method', 'a2c')}`, "
+             f"{profile['calls']} calls of "
              "`EnvRunner.sample()`", "",
              f"Sampling rate without the profiler {profile['steps_per_s_unprofiled']:,.0f} "
              f"steps/s, with it {profile['steps_per_s_profiled']:,.0f} (cProfile's overhead "
@@ -1025,7 +1051,8 @@ def _profile_section(profile: Dict[str, Any]) -> List[str]:
               f"every forward pass takes {profile['module_eval_us']:.0f} us alone "
               f"({profile['module_submodules']} submodules walked; "
               f"{profile['module_eval_us'] / profile['vector_step_us_unprofiled']:.1%} of "
-              "the step)."]
+              "the step" + ("; the lean sampler calls it once per `sample()`)."
+                            if _sampler_of(profile) == "lean" else ").")]
     lines += ["", "Top 15 functions by own time:", "",
               "| function | calls | own s | cumulative s | group |", "|---|---|---|---|---|"]
     for row in profile["top_own"]:
@@ -1227,7 +1254,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     args = parser.parse_args(argv)
     out = args.out or (Path(tempfile.mkdtemp(prefix="throughput_")) if args.quick else DEFAULT_OUT)
     if args.report_only:
-        print(write_summary(out, json.loads((out / "results.json").read_text())))
+        data = json.loads((out / "results.json").read_text())
+        data["targets"] = targets(data)  # the targets as this version of the script states them
+        print(write_summary(out, data))
         return
     quick = args.quick
     seconds = args.seconds if args.seconds is not None else (1.5 if quick else 20.0)
@@ -1275,8 +1304,12 @@ def main(argv: Optional[List[str]] = None) -> None:
                         f"{key} {v:.2f}" for key, v in split["ms_median"].items()) + " ms",
                         flush=True)
             for env in envs:
-                details["profile"].append(profile_sampling(env, profile_calls, quick))
-                print(f"profile {env}: {details['profile'][-1]['groups_fraction']}", flush=True)
+                # Both samplers when the run compares them (a2c is the default one).
+                profiled = ["a2c"] + [m for m in ("a2c_rllib",) if m in plan[env]]
+                for method in profiled:
+                    details["profile"].append(profile_sampling(env, profile_calls, quick, method))
+                    print(f"profile {env} {method}: {details['profile'][-1]['groups_fraction']}",
+                          flush=True)
     finally:
         ray.shutdown()
         data: Dict[str, Any] = {

@@ -34,6 +34,9 @@ class GameScoreCallback(RLlibCallback):
     lengths is not (+1 per chunk), so the length is taken from the last chunk's `t`
     (steps since reset), which the learner has not touched yet. The reward of the last
     step is recorded too (bsuite's umbrella pays its only action-dependent reward there).
+    On the lean sampler (`hca_rllib.env_runner`), `prev_episode_chunks` is one
+    `PreviousChunks` summary of the earlier chunks (their return and length, no data),
+    and the episode is the last chunk with the info of its last step: the same sums.
     """
 
     def on_episode_end(self, *, episode, prev_episode_chunks=None, env_runner=None,

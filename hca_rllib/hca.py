@@ -30,6 +30,7 @@ from ray.rllib.utils import force_list
 
 from hca_rllib.callbacks import GameScoreCallback
 from hca_rllib.credit import CALIBRATIONS, CREDIT_MODES, HINDSIGHT_CREDIT_MODES, TRUST_MODES
+from hca_rllib.env_runner import DEFAULT_SAMPLER, SAMPLERS, LeanEnvRunner, unsupported_callbacks
 from hca_rllib.envs.resolver import EnvResolutionError, env_family, resolve_env
 from hca_rllib.module import HINDSIGHT_CHOICES, HINDSIGHT_DEFAULTS, hindsight_option_error
 
@@ -177,6 +178,18 @@ class HCAConfig(AlgorithmConfig):
         self.frame_stack = None
         # Logs the full-game, unclipped score (`env_runners/game_return_mean`).
         self.callbacks_class = [GameScoreCallback]
+        # The EnvRunner's timestep loop: "lean" (`hca_rllib.env_runner.LeanEnvRunner`,
+        # installed through RLlib's `env_runner_cls` hook) or "rllib" (RLlib's
+        # SingleAgentEnvRunner with its connector pipelines); docs/method.md, "Sampling".
+        self.sampler = DEFAULT_SAMPLER
+
+    @override(AlgorithmConfig)
+    def env_runners(self, *, sampler=NotProvided, **kwargs) -> "HCAConfig":
+        """RLlib's EnvRunner settings; `sampler`: "lean" or "rllib" (see `SAMPLERS`)."""
+        super().env_runners(**kwargs)
+        if sampler is not NotProvided:
+            self.sampler = sampler
+        return self
 
     @override(AlgorithmConfig)
     def environment(self, env=NotProvided, *, frame_stack=NotProvided, **kwargs) -> "HCAConfig":
@@ -288,6 +301,25 @@ class HCAConfig(AlgorithmConfig):
         super().validate()
         self._validate_hca()
         self._validate_env()
+        self._validate_sampler()
+
+    def _validate_sampler(self) -> None:
+        """Check `sampler` and install its EnvRunner class (RLlib's `env_runner_cls`
+        hook). A class the user set there is kept; recording (`output`) keeps RLlib's
+        offline runner."""
+        if self.sampler not in SAMPLERS:
+            self._value_error(f"sampler must be one of {list(SAMPLERS)}, got {self.sampler!r}")
+        lean = self.sampler == "lean" and not self.output
+        if lean and self.env_runner_cls in (None, LeanEnvRunner):
+            if self._env_to_module_connector is not None or self._module_to_env_connector is not None:
+                self._value_error("sampler='lean' runs no user connectors (env_to_module_connector / "
+                                  "module_to_env_connector): use sampler='rllib'")
+            reason = unsupported_callbacks(self)
+            if reason:
+                self._value_error(reason)
+            self.env_runner_cls = LeanEnvRunner
+        elif self.env_runner_cls is LeanEnvRunner:
+            self.env_runner_cls = None
 
     def _validate_env(self) -> None:
         """Check the environment before any worker starts (unknown id, missing extra,

@@ -145,7 +145,7 @@ def test_local_two_node_cluster_with_token_runs_a_submitted_job(cluster_dir):
         f"a = '{state['dashboard_url']}'\n"
         "nodes = {n.node_id: n.resources_total for n in list_nodes(address=a)}\n"
         "runners = [x.node_id for x in list_actors(address=a, detail=True, limit=1000) "
-        "if x.class_name == 'SingleAgentEnvRunner']\n"
+        "if x.class_name in ('SingleAgentEnvRunner', 'LeanEnvRunner')]\n"
         "print(json.dumps({'runners': [nodes[r].get('env_runner_slot', 0) for r in runners], "
         "'nodes': len(nodes)}))\n"
     )

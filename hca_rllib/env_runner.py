@@ -1,0 +1,412 @@
+"""A lean EnvRunner for the single-agent, discrete-action case (``sampler="lean"``).
+
+Installed through RLlib's ``env_runner_cls`` hook by :class:`hca_rllib.HCAConfig` when
+``sampler="lean"``. It subclasses RLlib's ``SingleAgentEnvRunner`` and replaces only the
+timestep loop of ``_sample`` (``sample()``'s framing, weight sync, state, checkpoints,
+``make_env``/``make_module`` and fault handling are RLlib's):
+
+* One fused path per vector step: observations (or the stacked frames) to a tensor, the
+  module's ``_forward_exploration`` under ``torch.inference_mode``, an action sampled
+  from the logits with ``torch.distributions.Categorical`` (what RLlib's ``GetActions``
+  does, the same random stream), ``env.step``. No connector pipelines, no per-step dicts,
+  episode objects or metrics.
+* Preallocated numpy buffers per fragment; the ``SingleAgentEpisode`` chunks are built
+  once per ``sample()`` from them, with what RLlib's path stores: observations including
+  the last one, actions, rewards, terminated/truncated, the extra model outputs
+  ``action_dist_inputs``, ``action_logp`` and ``weights_seq_no``, the same episode ids
+  across fragments and the same lookback buffer (``episode_lookback_horizon`` steps:
+  the frames the learner's frame stacking reaches back to). Infos are kept at the steps
+  where an episode ends (the full-game score lives there) and are empty elsewhere.
+  Episodes are always numpy (finalized) ones: ``episodes_to_numpy=False`` is not honoured.
+* Frame stacking (RLlib's ``FrameStackingEnvToModule``, which HCAConfig installs for
+  Atari) as one rolling ``uint8`` stack per env: the last ``num_frames`` frames of the
+  episode, zeros before its first frame, as RLlib's connector builds them.
+* Episode metrics aggregated per ``sample()`` and logged under RLlib's keys
+  (``episode_return_mean``, ``episode_len_mean``, ...; ``GameScoreCallback``'s
+  ``game_return_mean`` through ``on_episode_end``).
+* Running episodes keep only what the next fragment needs (the lookback steps), not
+  every earlier chunk: RLlib's runner keeps all chunks of a running episode for its
+  metrics, about 1.5 GiB per runner for an Atari game at the 27k-step cap.
+
+Callbacks: ``on_episode_end`` is called once per completed episode, at the end of the
+``sample()`` in which it ended, with the episode's last chunk and, as
+``prev_episode_chunks``, one :class:`PreviousChunks` summary standing for all its earlier
+chunks (return, length, duration; no data). ``on_sample_end`` and
+``on_environment_created`` are called as RLlib does. Per-step callbacks
+(``on_episode_created``, ``on_episode_start``, ``on_episode_step``) are not: a config
+that defines them is refused (use ``sampler="rllib"``).
+
+What goes to RLlib's own loop instead (the same runner object, after a reset of the
+envs): ``sample(num_episodes=...)`` and ``batch_mode="complete_episodes"``, and
+``random_actions=True``. ``explore=False`` stays lean (greedy action, log-prob 0 as
+RLlib's deterministic distribution gives).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+import torch
+from gymnasium.wrappers.vector import DictInfoToList
+
+from ray.rllib.callbacks.callbacks import RLlibCallback
+from ray.rllib.callbacks.utils import make_callback
+from ray.rllib.core.columns import Columns
+from ray.rllib.env.env_errors import StepFailedRecreateEnvError
+from ray.rllib.env.env_runner import ENV_STEP_FAILURE, NUM_ENV_STEP_FAILURES_LIFETIME
+from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
+from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+from ray.rllib.utils.annotations import override
+from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
+
+logger = logging.getLogger(__name__)
+
+SAMPLERS = ("lean", "rllib")
+# The default of `HCAConfig.sampler` (benchmarks/results/throughput_lean/summary.md).
+DEFAULT_SAMPLER = "lean"
+
+# Connector pieces the lean loop does itself (RLlib's defaults, and frame stacking).
+_ENV_TO_MODULE_OK = (
+    "AddObservationsFromEpisodesToBatch", "AddTimeDimToBatchAndZeroPad",
+    "AddStatesFromEpisodesToBatch", "AgentToModuleMapping", "BatchIndividualItems",
+    "NumpyToTensor", "FrameStacking",  # RLlib's FrameStackingEnvToModule
+)
+_MODULE_TO_ENV_OK = (
+    "GetActions", "TensorToNumpy", "UnBatchToIndividualItems", "ModuleToAgentUnmapping",
+    "RemoveSingleTsTimeRankFromBatch", "NormalizeAndClipActions", "ListifyDataForVectorEnv",
+)
+# Per-step episode callbacks the lean loop does not make.
+PER_STEP_CALLBACKS = ("on_episode_created", "on_episode_start", "on_episode_step")
+
+
+def unsupported_callbacks(config) -> Optional[str]:
+    """The one-line reason why `config`'s callbacks need RLlib's loop, or None."""
+    from ray.rllib.utils import force_list
+
+    for cls in force_list(config.callbacks_class):
+        if not isinstance(cls, type) or not issubclass(cls, RLlibCallback):
+            continue
+        for name in PER_STEP_CALLBACKS:
+            if getattr(cls, name) is not getattr(RLlibCallback, name):
+                return (f"sampler='lean' makes no per-step episode callbacks, and "
+                        f"{cls.__name__}.{name} is defined: use sampler='rllib'")
+    for name in PER_STEP_CALLBACKS:
+        if getattr(config, f"callbacks_{name}", None):
+            return (f"sampler='lean' makes no per-step episode callbacks, and "
+                    f"config.callbacks_{name} is set: use sampler='rllib'")
+    return None
+
+
+class PreviousChunks:
+    """What the lean runner keeps of a running episode's earlier chunks: their sums.
+
+    Passed to ``on_episode_end`` as the one item of ``prev_episode_chunks``; it answers
+    what callbacks read of those chunks (``get_return()``, ``len()``,
+    ``get_duration_s()``, ``id_``, ``t_started``, ``t``) and holds no data."""
+
+    __slots__ = ("id_", "t_started", "t", "_return", "_duration_s")
+
+    def __init__(self, id_: str, t: int, ret: float, duration_s: float):
+        self.id_, self.t_started, self.t = id_, 0, int(t)
+        self._return, self._duration_s = float(ret), float(duration_s)
+
+    def get_return(self) -> float:
+        return self._return
+
+    def get_duration_s(self) -> float:
+        return self._duration_s
+
+    def __len__(self) -> int:
+        return self.t
+
+
+class LeanEnvRunner(SingleAgentEnvRunner):
+    """RLlib's SingleAgentEnvRunner with a fused, buffered timestep loop (module docs)."""
+
+    @override(SingleAgentEnvRunner)
+    def __init__(self, *, config, **kwargs):
+        super().__init__(config=config, **kwargs)
+        reason = unsupported_callbacks(self.config) or self._unsupported_connectors()
+        if reason:
+            raise ValueError(reason)
+        self._num_frames = 1
+        for piece in self._env_to_module.connectors:
+            if type(piece).__name__ == "FrameStacking":
+                self._num_frames = int(piece.num_frames)
+        self._lookback = int(self.config.episode_lookback_horizon)
+        # The lean loop's state across sample() calls; None: the envs need a reset.
+        self._lean: Optional[Dict[str, Any]] = None
+        self._buffers: Optional[Dict[str, np.ndarray]] = None
+        # (length, return, duration) of the episodes completed since get_metrics().
+        self._lean_episode_stats: List[tuple] = []
+
+    def _unsupported_connectors(self) -> Optional[str]:
+        for pipeline, allowed, what in ((self._env_to_module, _ENV_TO_MODULE_OK, "env-to-module"),
+                                        (self._module_to_env, _MODULE_TO_ENV_OK, "module-to-env")):
+            for piece in pipeline.connectors:
+                if type(piece).__name__ not in allowed:
+                    return (f"sampler='lean' cannot run the {what} connector "
+                            f"{type(piece).__name__} (it does frame stacking only): use "
+                            f"sampler='rllib'")
+        import gymnasium as gym
+
+        space = self.env.single_action_space if self.env is not None else None
+        if space is not None and not isinstance(space, gym.spaces.Discrete):
+            return f"sampler='lean' needs a Discrete action space, got {space}: use sampler='rllib'"
+        return None
+
+    # ------------------------------------------------------------------ env access
+
+    def _vector_env(self):
+        """The vector env under RLlib's DictInfoToList (infos stay dicts of arrays)."""
+        env = self.env
+        return env.env if isinstance(env, DictInfoToList) else env
+
+    def _lean_env_step(self, actions):
+        """`env.step` with RLlib's failure handling (`_try_env_step`), no per-step metrics."""
+        try:
+            return self._vector_env().step(actions)
+        except Exception as e:
+            self.metrics.log_value(NUM_ENV_STEP_FAILURES_LIFETIME, 1, reduce="lifetime_sum")
+            if self.config.restart_failed_sub_environments:
+                if not isinstance(e, StepFailedRecreateEnvError):
+                    logger.exception(f"{type(self).__name__}: environment step failed; "
+                                     f"re-creating and resetting the envs. The error: {e}")
+                self.make_env()
+                return ENV_STEP_FAILURE
+            logger.exception(f"{type(self).__name__}: environment step failed and "
+                             f"restart_failed_sub_environments is False: {e}")
+            raise RuntimeError from e
+
+    def _lean_reset(self) -> None:
+        """Reset all envs (seeded on the first reset, as RLlib does); new episodes."""
+        obs, _infos = self._try_env_reset(
+            seed=self._seed if self._needs_initial_reset else None, options=None)
+        self._needs_initial_reset = False
+        obs = np.asarray(obs)
+        n = self.num_envs
+        now = time.perf_counter()
+        state: Dict[str, Any] = {
+            "obs": obs.copy(),
+            "needs_reset": np.zeros(n, dtype=bool),  # this env's next step is its autoreset
+            "ids": [uuid.uuid4().hex for _ in range(n)],
+            "t": np.zeros(n, dtype=np.int64),  # steps since the episode's reset
+            # The last `lookback` steps of each running episode (what the next chunk's
+            # lookback buffer holds): obs before the current one, actions, rewards, extras.
+            "carry": [None] * n,
+            # Sums over the running episode's earlier chunks (for metrics and callbacks).
+            "ret": np.zeros(n, dtype=np.float64),
+            "duration": np.zeros(n, dtype=np.float64),
+            "start": np.full(n, now),
+        }
+        if self._num_frames > 1:
+            stack = np.zeros(obs.shape[:-1] + (obs.shape[-1] * self._num_frames,), obs.dtype)
+            stack[..., -obs.shape[-1]:] = obs
+            state["stack"] = stack
+        self._lean = state
+
+    # -------------------------------------------------------------------- sampling
+
+    @override(SingleAgentEnvRunner)
+    def _sample(self, *, num_timesteps=None, num_episodes=None, explore: bool,
+                random_actions: bool = False, force_reset: bool = False):
+        if num_timesteps is None or random_actions or self.module is None:
+            # RLlib's loop on its own episode objects; the lean state restarts afterwards.
+            lean_was_running = self._lean is not None
+            self._lean = None
+            return super()._sample(num_timesteps=num_timesteps, num_episodes=num_episodes,
+                                   explore=explore, random_actions=random_actions,
+                                   force_reset=force_reset or lean_was_running)
+        if force_reset or self._lean is None or self._needs_initial_reset:
+            self._lean_reset()
+        while True:
+            episodes = self._lean_sample(int(num_timesteps), explore)
+            if episodes is not None:
+                return episodes
+            self._lean_reset()  # an env step failed and the envs were re-created
+
+    def _fragment_buffers(self, rows: int, obs: np.ndarray) -> Dict[str, np.ndarray]:
+        b = self._buffers
+        n = self.num_envs
+        if b is None or b["act"].shape[0] < rows or b["obs"].dtype != obs.dtype:
+            num_actions = int(self.env.single_action_space.n)
+            b = self._buffers = {
+                "obs": np.zeros((rows + 1,) + obs.shape, obs.dtype),
+                # int32 and float32, as RLlib's TensorToNumpy reduces them.
+                "act": np.zeros((rows, n), np.int32),
+                "logp": np.zeros((rows, n), np.float32),
+                "logits": np.zeros((rows, n, num_actions), np.float32),
+                "rew": None,  # allocated at the first step, with the env's reward dtype
+                "term": np.zeros((rows, n), bool),
+                "trunc": np.zeros((rows, n), bool),
+            }
+        return b
+
+    def _lean_sample(self, num_timesteps: int, explore: bool) -> Optional[List[SingleAgentEpisode]]:
+        s = self._lean
+        n = self.num_envs
+        # Every other vector step of an env can be its autoreset: at most this many rows.
+        rows = 2 * (-(-num_timesteps // n)) + 2
+        b = self._fragment_buffers(rows, s["obs"])
+        obs_buf, act_buf, logp_buf, logits_buf = b["obs"], b["act"], b["logp"], b["logits"]
+        term_buf, trunc_buf = b["term"], b["trunc"]
+        module = self.module
+        module.eval()
+        forward = module._forward_exploration if explore else module._forward_inference
+        stack = s.get("stack")
+        frame = s["obs"].shape[-1]
+        needs_reset = s["needs_reset"]
+        # Row of the first real step of each env's current chunk in this fragment.
+        seg_start = np.where(needs_reset, 1, 0)
+        obs_buf[0] = s["obs"]
+        done_episodes: List[SingleAgentEpisode] = []
+        ts = 0
+        v = 0
+        while ts < num_timesteps:
+            module_obs = stack if stack is not None else obs_buf[v]
+            with torch.inference_mode():
+                logits = forward({Columns.OBS: torch.from_numpy(module_obs)})[Columns.ACTION_DIST_INPUTS]
+                if explore:
+                    dist = torch.distributions.Categorical(logits=logits, validate_args=False)
+                    actions = dist.sample()
+                    logp = dist.log_prob(actions)
+                else:
+                    actions = torch.argmax(logits, dim=-1)
+                    logp = torch.zeros(actions.shape, dtype=logits.dtype)
+            act_buf[v] = actions.numpy()
+            actions = act_buf[v]
+            logp_buf[v] = logp.numpy()
+            logits_buf[v] = logits.numpy()
+            results = self._lean_env_step(actions)
+            if results is ENV_STEP_FAILURE:
+                return None
+            obs, rew, term, trunc, info = results
+            if b["rew"] is None:
+                b["rew"] = np.zeros(act_buf.shape, np.asarray(rew).dtype)
+            obs_buf[v + 1] = obs
+            b["rew"][v] = rew
+            term_buf[v] = term
+            trunc_buf[v] = trunc
+            real = ~needs_reset
+            ts += int(real.sum())
+            done = (term_buf[v] | trunc_buf[v]) & real
+            if done.any():
+                infos = (self.env._convert_info_to_list(info)
+                         if isinstance(self.env, DictInfoToList) else [{} for _ in range(n)])
+                for i in np.flatnonzero(done).tolist():
+                    done_episodes.append(self._chunk(i, int(seg_start[i]), v, infos[i]))
+            if needs_reset.any():
+                # These envs' step was their autoreset: a new episode from obs_buf[v + 1].
+                for i in np.flatnonzero(needs_reset).tolist():
+                    self._start_episode(i)
+                seg_start[needs_reset] = v + 1
+            if stack is not None:
+                stack[..., :-frame] = stack[..., frame:]
+                stack[..., -frame:] = obs
+                if needs_reset.any():  # a new episode: no frames before its first one
+                    stack[needs_reset, ..., :-frame] = 0
+            needs_reset = done
+            v += 1
+        s["needs_reset"] = needs_reset
+        running: List[SingleAgentEpisode] = []
+        for i in range(n):
+            # An env that ended at the last row starts its next episode next fragment;
+            # one whose chunk has no step yet (autoreset at the last row) returns nothing.
+            if not needs_reset[i] and seg_start[i] <= v - 1:
+                running.append(self._chunk(i, int(seg_start[i]), v - 1, None))
+        s["obs"] = obs_buf[v].copy()
+        self._log_env_steps(metric=self._metrics_num_env_steps_sampled, num_steps=ts)
+        self._increase_sampled_metrics(ts, len(done_episodes))
+        return done_episodes + running
+
+    def _start_episode(self, i: int) -> None:
+        s = self._lean
+        s["ids"][i] = uuid.uuid4().hex
+        s["t"][i] = 0
+        s["carry"][i] = None
+        s["ret"][i] = 0.0
+        s["start"][i] = time.perf_counter()
+
+    def _chunk(self, i: int, first: int, last: int, end_info: Optional[dict]) -> SingleAgentEpisode:
+        """Env `i`'s episode chunk of rows `first..last` (real steps) of this fragment,
+        with the carried lookback in front. `end_info`: the episode ended at `last` with
+        this info (then metrics and `on_episode_end`); None: it goes on (carry updated)."""
+        s, b = self._lean, self._buffers
+        k = last - first + 1
+        obs = b["obs"][first:last + 2, i]
+        extras = {
+            Columns.ACTION_DIST_INPUTS: b["logits"][first:last + 1, i],
+            Columns.ACTION_LOGP: b["logp"][first:last + 1, i],
+        }
+        actions = b["act"][first:last + 1, i]
+        rewards = b["rew"][first:last + 1, i]
+        carry = s["carry"][i]
+        if carry is not None:
+            lb = len(carry["actions"])
+            obs = np.concatenate([carry["obs"], obs])
+            actions = np.concatenate([carry["actions"], actions])
+            rewards = np.concatenate([carry["rewards"], rewards])
+            extras = {key: np.concatenate([carry[key], value]) for key, value in extras.items()}
+        else:
+            lb = 0
+            obs, actions, rewards = obs.copy(), actions.copy(), rewards.copy()
+            extras = {key: value.copy() for key, value in extras.items()}
+        extras[WEIGHTS_SEQ_NO] = np.full(len(actions), self._weights_seq_no, np.int64)
+        if carry is not None:
+            extras[WEIGHTS_SEQ_NO][:lb] = carry[WEIGHTS_SEQ_NO]
+        t_started = int(s["t"][i])
+        infos = [{} for _ in range(len(obs))]
+        terminated = truncated = False
+        if end_info is not None:
+            infos[-1] = end_info
+            terminated = bool(b["term"][last, i])
+            truncated = bool(b["trunc"][last, i])
+        episode = SingleAgentEpisode(
+            id_=s["ids"][i], observations=obs, observation_space=self.env.single_observation_space,
+            infos=infos, actions=actions,
+            action_space=self.env.single_action_space, rewards=rewards,
+            terminated=terminated, truncated=truncated, extra_model_outputs=extras,
+            t_started=t_started, len_lookback_buffer=lb)
+        chunk_return = float(rewards[lb:].sum())
+        if end_info is not None:
+            self._end_episode(i, episode, chunk_return)
+        else:
+            m = min(self._lookback, len(actions))
+            s["carry"][i] = {
+                "obs": obs[len(obs) - 1 - m:len(obs) - 1].copy(),
+                "actions": actions[len(actions) - m:].copy(),
+                "rewards": rewards[len(rewards) - m:].copy(),
+                **{key: value[len(value) - m:].copy() for key, value in extras.items()},
+            }
+            s["t"][i] = t_started + k
+            s["ret"][i] += chunk_return
+        return episode
+
+    def _end_episode(self, i: int, episode: SingleAgentEpisode, chunk_return: float) -> None:
+        s = self._lean
+        ret = float(s["ret"][i]) + chunk_return
+        duration = time.perf_counter() - float(s["start"][i])
+        self._lean_episode_stats.append((int(episode.t), ret, duration))
+        previous = ([PreviousChunks(episode.id_, episode.t_started, float(s["ret"][i]), 0.0)]
+                    if episode.t_started > 0 else [])
+        make_callback(
+            "on_episode_end",
+            callbacks_objects=self._callbacks,
+            callbacks_functions=self.config.callbacks_on_episode_end,
+            kwargs=dict(episode=episode, prev_episode_chunks=previous, env_runner=self,
+                        metrics_logger=self.metrics, env=self.env.unwrapped,
+                        rl_module=self.module, env_index=i),
+        )
+        # The env's next step is its autoreset; `_start_episode` then opens the next one.
+        s["carry"][i] = None
+
+    @override(SingleAgentEnvRunner)
+    def get_metrics(self):
+        for length, ret, duration in self._lean_episode_stats:
+            self._log_episode_metrics(length, ret, duration)
+        self._lean_episode_stats.clear()
+        return super().get_metrics()

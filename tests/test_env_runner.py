@@ -1,0 +1,361 @@
+"""The lean EnvRunner (`sampler="lean"`, `hca_rllib.env_runner.LeanEnvRunner`) against
+RLlib's SingleAgentEnvRunner: the same training batch when the envs are seeded alike
+and the actions forced equal, sampled action frequencies that match the policy, running
+episodes whose stored length stays bounded, and one-line errors for what it refuses."""
+
+import copy
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from ray.rllib.core.columns import Columns
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
+
+from hca_rllib import A2CConfig, HCAConfig
+from hca_rllib.env_runner import DEFAULT_SAMPLER, LeanEnvRunner, PreviousChunks
+from hca_rllib.module import HCATorchRLModule
+
+
+class CertainActionModule(HCATorchRLModule):
+    """A policy whose sampled action is certain: logits 0 for the argmax of the module's
+    own policy head and -1e4 for every other action (probability exactly 0 in float32),
+    so it varies with the observation and any sampler takes the same action. The
+    learner's passes (`policy_outputs`, values) are the usual ones."""
+
+    def _forward(self, batch, **kwargs):
+        logits = self.pi(self.pi_torso(batch[Columns.OBS]))
+        chosen = torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1])
+        return {Columns.ACTION_DIST_INPUTS: (chosen.float() - 1.0) * 1e4}
+
+
+FIXED_PROBS = np.array([0.2, 0.3, 0.5])
+
+
+class FixedProbsModule(HCATorchRLModule):
+    """A policy with fixed, known probabilities `FIXED_PROBS` in every state."""
+
+    def _forward(self, batch, **kwargs):
+        n = batch[Columns.OBS].shape[0]
+        logits = torch.log(torch.tensor(FIXED_PROBS, dtype=torch.float32))
+        return {Columns.ACTION_DIST_INPUTS: logits.expand(n, -1).clone()}
+
+
+class Endless(gym.Env):
+    """Never ends (no time limit): one running episode across every fragment."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        return self.np_random.uniform(-1, 1, 3).astype(np.float32), float(action), False, False, {}
+
+
+ENDLESS_ID = "LeanRunnerTest/Endless-v0"
+if ENDLESS_ID not in gym.envs.registry:
+    gym.register(ENDLESS_ID, entry_point=Endless)
+
+
+def _config(env, num_envs, fragment, module_class=None, seed=0, algo=A2CConfig):
+    config = (algo().environment(env)
+              .env_runners(num_envs_per_env_runner=num_envs, rollout_fragment_length=fragment)
+              .training(train_batch_size_per_learner=num_envs * fragment)
+              .debugging(seed=seed))
+    if env.startswith("atari/"):
+        config.env_runners(gym_env_vectorize_mode="vector_entry_point")
+    if module_class is not None:
+        config.rl_module(rl_module_spec=RLModuleSpec(module_class=module_class))
+    return config
+
+
+def _runner(config, sampler):
+    config = copy.deepcopy(config).env_runners(sampler=sampler)
+    config.validate()
+    return (LeanEnvRunner if sampler == "lean" else SingleAgentEnvRunner)(config=config)
+
+
+def _learner_batch(learner, episodes):
+    """The batch the learner sees: its connector pipeline on (a copy of) the episodes
+    (frame stacking, the one artificial bootstrap step, returns, advantages, credit)."""
+    batch = learner._learner_connector(rl_module=learner.module, batch={},
+                                       episodes=copy.deepcopy(episodes), shared_data={},
+                                       metrics=learner.metrics)
+    return batch["default_policy"]
+
+
+def _assert_same_batch(a, b, where):
+    assert set(a) == set(b), (where, sorted(set(a) ^ set(b)))
+    for key in ("obs", "actions", "rewards", "terminateds", "truncateds", "loss_mask",
+                "returns", "advantages", "value_targets"):
+        assert key in a, (where, key, sorted(a))
+    for key in a:
+        x, y = a[key], b[key]
+        if isinstance(x, torch.Tensor):
+            assert x.dtype == y.dtype and x.shape == y.shape, (where, key, x.dtype, y.dtype, x.shape, y.shape)
+            assert torch.equal(x, y), (where, key)
+
+
+EQUIVALENCE_ENVS = [
+    ("CartPole-v1", 4, 16),
+    ("HCA/KeyToDoor-v0", 3, 5),
+    ("minatar/Breakout", 4, 8),
+    pytest.param("atari/Breakout", 2, 16, marks=pytest.mark.slow),  # frame stacking, C++ vector env
+]
+
+
+@pytest.mark.parametrize("env, num_envs, fragment", EQUIVALENCE_ENVS)
+def test_same_training_batch_as_rllib_with_forced_actions(ray_local, env, num_envs, fragment):
+    """Envs seeded alike, a policy whose action is certain: over 3 fragments (episodes
+    that end, restart and continue across fragments), the learner's batch from the
+    lean runner's episodes equals the one from RLlib's, column by column (HCA's
+    connector: returns, advantages, value targets, classifier and credit columns)."""
+    if env.startswith("atari/"):
+        pytest.importorskip("ale_py")
+    config = _config(env, num_envs, fragment, CertainActionModule, algo=HCAConfig)
+    algo = copy.deepcopy(config).env_runners(sampler="rllib").build_algo()
+    try:
+        learner = algo.learner_group._learner
+        rllib, lean = _runner(config, "rllib"), _runner(config, "lean")
+        lean.module.set_state(rllib.module.get_state())
+        ids = {}
+        for fragment_index in range(3):
+            eps_rllib, eps_lean = rllib.sample(), lean.sample()
+            assert [len(e) for e in eps_rllib] == [len(e) for e in eps_lean]
+            for x, y in zip(eps_rllib, eps_lean):
+                assert (x.t_started, x.t, x.is_terminated, x.is_truncated) == (
+                    y.t_started, y.t, y.is_terminated, y.is_truncated)
+                assert x.observations.lookback == y.observations.lookback
+                # An episode continued from an earlier fragment keeps its id.
+                if x.t_started > 0:
+                    assert ids[x.id_] == y.id_
+                ids[x.id_] = y.id_
+            _assert_same_batch(_learner_batch(learner, eps_rllib), _learner_batch(learner, eps_lean),
+                               (env, fragment_index))
+        assert any(x.t_started > 0 for x in eps_rllib)  # continuation was exercised
+        m_rllib, m_lean = rllib.get_metrics(), lean.get_metrics()
+        for key in ("num_env_steps_sampled_lifetime", "num_episodes_lifetime", "episode_len_mean"):
+            if key in m_rllib:
+                assert m_lean[key].peek() == pytest.approx(m_rllib[key].peek()), key
+    finally:
+        algo.stop()
+
+
+def test_same_episodes_as_rllib_under_the_same_seed():
+    """With a stochastic policy, the lean runner draws its actions as RLlib's GetActions
+    does (`torch.distributions.Categorical`, the same random stream), so the same seed
+    gives the same episodes, action log-probs and logits included."""
+    config = _config("CartPole-v1", 3, 12)
+    rllib = _runner(config, "rllib")
+    torch.manual_seed(0)
+    eps_rllib = [rllib.sample() for _ in range(3)]
+    lean = _runner(config, "lean")
+    torch.manual_seed(0)
+    eps_lean = [lean.sample() for _ in range(3)]
+    for a, b in zip(eps_rllib, eps_lean):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            for name in ("observations", "actions", "rewards"):
+                bx, by = getattr(x, name), getattr(y, name)
+                assert bx.lookback == by.lookback and bx.data.dtype == by.data.dtype
+                np.testing.assert_array_equal(bx.data, by.data)
+            assert set(x.extra_model_outputs) == set(y.extra_model_outputs)
+            for key, bx in x.extra_model_outputs.items():
+                np.testing.assert_array_equal(bx.data, y.extra_model_outputs[key].data)
+
+
+def test_sampled_action_frequencies_match_the_policy():
+    """A policy with fixed probabilities (0.2, 0.3, 0.5) on MinAtar Breakout's three
+    actions: the counts over 6,144 sampled steps pass a chi-square test at p = 1e-6
+    (2 degrees of freedom: statistic < 27.6), which a greedy or uniform sampler fails by
+    hundreds; every stored log-prob is log p of the action taken."""
+    runner = _runner(_config("minatar/Breakout", 8, 64, FixedProbsModule), "lean")
+    counts = np.zeros(3)
+    for _ in range(12):
+        for episode in runner.sample():
+            actions = episode.get_actions()
+            counts += np.bincount(actions, minlength=3)
+            logp = episode.get_extra_model_outputs(Columns.ACTION_LOGP)
+            np.testing.assert_allclose(logp, np.log(FIXED_PROBS)[actions], rtol=1e-6)
+    n = counts.sum()
+    assert n >= 6_144
+    expected = n * FIXED_PROBS
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    assert chi2 < 27.6, (counts, expected, chi2)
+
+
+def test_running_episode_memory_stays_bounded():
+    """An episode that never ends, over 40 fragments: the lean runner keeps only the
+    lookback steps of it between fragments (each chunk it returns holds the fragment plus
+    that lookback), while RLlib's runner keeps every earlier chunk for its metrics."""
+    config = _config(ENDLESS_ID, 2, 10)
+    lean, rllib = _runner(config, "lean"), _runner(config, "rllib")
+    lookback = lean.config.episode_lookback_horizon
+    for k in range(40):
+        chunks = lean.sample()
+        rllib.sample()
+        assert len(chunks) == 2 and all(c.t_started == 10 * k for c in chunks)
+        for chunk in chunks:
+            assert len(chunk.observations.data) <= 10 + 1 + lookback
+        carried = sum(len(c["actions"]) for c in lean._lean["carry"] if c is not None)
+        assert carried <= 2 * lookback
+    kept_by_rllib = sum(len(v) for v in rllib._ongoing_episodes_for_metrics.values())
+    assert kept_by_rllib == 2 * 40  # what the lean runner does not keep
+
+
+def test_episode_end_callback_sees_whole_episode_totals():
+    """`on_episode_end` on the lean path: the last chunk plus one PreviousChunks summary,
+    whose sums give the whole episode's return and length (as GameScoreCallback and
+    user callbacks read them)."""
+    from ray.rllib.callbacks.callbacks import RLlibCallback
+
+    seen = []
+
+    class Totals(RLlibCallback):
+        def on_episode_end(self, *, episode, prev_episode_chunks=(), **kwargs):
+            seen.append((episode.get_return() + sum(c.get_return() for c in prev_episode_chunks),
+                         len(episode) + sum(len(c) for c in prev_episode_chunks), episode.t,
+                         [type(c) for c in prev_episode_chunks]))
+
+    runner = _runner(_config("CartPole-v1", 2, 8).callbacks(Totals), "lean")
+    for _ in range(10):
+        runner.sample()
+    assert seen
+    for ret, length, t, kinds in seen:
+        assert ret == length == t  # CartPole: reward 1 per step
+        assert all(kind is PreviousChunks for kind in kinds)
+    assert any(kinds for *_, kinds in seen)  # some episodes spanned fragments
+
+
+def test_bad_sampler_value_is_a_one_line_error():
+    config = A2CConfig().environment("CartPole-v1").env_runners(sampler="fast")
+    with pytest.raises(ValueError) as error:
+        config.validate()
+    assert str(error.value).splitlines()[0] == "sampler must be one of ['lean', 'rllib'], got 'fast'"
+    config = HCAConfig().environment("CartPole-v1")
+    config.update_from_dict({"sampler": "Lean"})
+    with pytest.raises(ValueError, match=r"^sampler must be one of \['lean', 'rllib'\], got 'Lean'"):
+        config.validate()
+
+
+def test_lean_refuses_per_step_callbacks_and_user_connectors():
+    from ray.rllib.callbacks.callbacks import RLlibCallback
+
+    class PerStep(RLlibCallback):
+        def on_episode_step(self, **kwargs):
+            pass
+
+    config = A2CConfig().environment("CartPole-v1").env_runners(sampler="lean").callbacks(PerStep)
+    with pytest.raises(ValueError, match=r"^sampler='lean' makes no per-step episode callbacks, "
+                                         r"and PerStep.on_episode_step is defined: use sampler='rllib'"):
+        config.validate()
+    config.env_runners(sampler="rllib").validate()  # RLlib's loop takes them
+    assert config.env_runner_cls is None
+
+    config = A2CConfig().environment("CartPole-v1").env_runners(
+        sampler="lean", env_to_module_connector=lambda env=None, spaces=None, device=None: [])
+    with pytest.raises(ValueError, match=r"^sampler='lean' runs no user connectors"):
+        config.validate()
+
+
+def test_sampler_installs_the_env_runner_class():
+    config = A2CConfig().environment("CartPole-v1")
+    assert config.sampler == DEFAULT_SAMPLER
+    config.env_runners(sampler="lean").validate()
+    assert config.env_runner_cls is LeanEnvRunner
+    config.env_runners(sampler="rllib").validate()
+    assert config.env_runner_cls is None  # RLlib picks SingleAgentEnvRunner
+
+    class Mine(SingleAgentEnvRunner):
+        pass
+
+    config.env_runners(sampler="lean", env_runner_cls=Mine).validate()
+    assert config.env_runner_cls is Mine  # a class the user set is kept
+
+
+@pytest.mark.slow  # starts a remote EnvRunner actor (about 30 s on 2 busy cores)
+def test_lean_trains_with_a_remote_env_runner(ray_local):
+    """Remote EnvRunner actors of the lean class sample, sync weights and report the
+    episode metrics the runner and report read."""
+    config = (_config("CartPole-v1", 4, 32).env_runners(
+        sampler="lean", num_env_runners=1, num_cpus_per_env_runner=0.5))
+    algo = config.build_algo()
+    try:
+        for _ in range(3):
+            result = algo.train()
+        names = algo.env_runner_group.foreach_env_runner(lambda r: type(r).__name__,
+                                                         local_env_runner=False)
+        assert names == ["LeanEnvRunner"]
+        assert result["env_runners"]["episode_return_mean"] > 0
+        assert result["env_runners"]["num_env_steps_sampled_lifetime"] >= 3 * 128
+    finally:
+        algo.stop()
+
+
+@pytest.mark.parametrize("env", ["CartPole-v1", "minatar/Breakout"])
+def test_same_seed_trains_to_the_same_weights_on_both_samplers(ray_local, env):
+    """End to end with a stochastic policy: A2C with the same seed, 3 iterations of
+    sampling, learner update and weight sync on each sampler, ends with bitwise-equal
+    learner weights: the lean path changes the speed, not the training."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # multi-threaded kernels may sum in another order
+    weights = {}
+    try:
+        for sampler in ("rllib", "lean"):
+            algo = _config(env, 4, 32).env_runners(sampler=sampler).build_algo()
+            try:
+                for _ in range(3):
+                    algo.train()
+                module = algo.learner_group._learner.module["default_policy"]
+                weights[sampler] = {k: v.detach().clone() for k, v in module.state_dict().items()}
+            finally:
+                algo.stop()
+    finally:
+        torch.set_num_threads(threads)
+    assert weights["rllib"].keys() == weights["lean"].keys()
+    for key, value in weights["rllib"].items():
+        assert torch.equal(value, weights["lean"][key]), key
+
+
+def test_env_step_failure_recreates_the_envs_and_sampling_goes_on(tmp_path):
+    """`restart_failed_sub_environments=True` on the lean path: an env that raises mid
+    fragment is re-created and reset (RLlib's `_try_env_step` semantics), the fragment is
+    sampled again from the fresh envs, and the failure is counted."""
+    from hca_rllib.testing import FAIL_ONCE_ENV_ID
+
+    marker = tmp_path / "failed_once"
+    config = (_config(FAIL_ONCE_ENV_ID, 2, 16)
+              .environment(env_config={"env_id": "CartPole-v1", "fail_at_step": 40,
+                                       "marker": str(marker)})
+              .fault_tolerance(restart_failed_sub_environments=True))
+    runner = _runner(config, "lean")
+    env_before = runner.env
+    for _ in range(4):
+        episodes = runner.sample()
+        assert sum(len(e) for e in episodes) >= 32
+        for episode in episodes:
+            episode.validate()
+    assert marker.exists() and runner.env is not env_before  # it failed and was re-created
+    metrics = runner.get_metrics()
+    assert metrics["num_env_step_failures"].peek() == 1
+
+
+def test_num_episodes_and_random_actions_run_rllibs_loop_then_lean_resumes():
+    """`sample(num_episodes=...)` (evaluation, `batch_mode="complete_episodes"`) and
+    `random_actions=True` go through RLlib's own loop on the same runner; the lean loop
+    then starts from freshly reset envs (new episodes, t_started 0)."""
+    runner = _runner(_config("CartPole-v1", 2, 8), "lean")
+    runner.sample()
+    whole = runner.sample(num_episodes=3)
+    assert len(whole) >= 3 and all(e.is_done and e.t_started == 0 for e in whole)
+    after = runner.sample()
+    assert all(e.t_started == 0 for e in after) and sum(len(e) for e in after) >= 16
+    randomly = runner.sample(num_timesteps=20, random_actions=True)
+    assert sum(len(e) for e in randomly) >= 20
+    assert all(e.t_started == 0 for e in runner.sample())
+    assert runner.get_metrics()["num_episodes_lifetime"].peek() >= 3
