@@ -16,6 +16,10 @@ $(BIN)/.installed: pyproject.toml
 	touch $@
 
 SLOW_TIERS := learning or cluster or benchmark or slow
+# Two pytest-xdist workers, one test file each at a time (module-level caches such as
+# test_learning's A2C references stay in one process): most tests train with one torch
+# thread, so a second worker uses the second core. `make test PARALLEL=` runs serially.
+PARALLEL ?= -n 2 --dist loadfile
 
 .PHONY: setup train test test-fast test-slow
 setup: $(BIN)/.installed
@@ -24,10 +28,10 @@ train: $(BIN)/.installed
 	$(BIN)/hca-rllib train --env CartPole-v1 --credit hca --stop-timesteps 100000 --output runs/quickstart/$(shell date +%Y%m%d-%H%M%S)
 
 test: $(BIN)/.installed
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PARALLEL)
 
 test-fast: $(BIN)/.installed
-	$(BIN)/python -m pytest -q -m "not ($(SLOW_TIERS))"
+	$(BIN)/python -m pytest -q $(PARALLEL) -m "not ($(SLOW_TIERS))"
 
 test-slow: $(BIN)/.installed
-	$(BIN)/python -m pytest -q -m "$(SLOW_TIERS)"
+	$(BIN)/python -m pytest -q $(PARALLEL) -m "$(SLOW_TIERS)"

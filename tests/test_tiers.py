@@ -55,8 +55,9 @@ def test_registered_markers_are_the_tiers_make_test_fast_deselects():
     makefile = (REPO / "Makefile").read_text()
     slow = re.search(r"^SLOW_TIERS := (.*)$", makefile, re.M).group(1)
     assert set(slow.split(" or ")) == TIERS
-    assert re.search(r'^test-fast:.*\n\t.*pytest -q -m "not \(\$\(SLOW_TIERS\)\)"$', makefile, re.M)
-    assert re.search(r"^test: .*\n\t\$\(BIN\)/python -m pytest -q$", makefile, re.M)  # everything
+    assert re.search(r'^test-fast:.*\n\t.*pytest -q \$\(PARALLEL\) -m "not \(\$\(SLOW_TIERS\)\)"$', makefile, re.M)
+    assert re.search(r"^test: .*\n\t\$\(BIN\)/python -m pytest -q \$\(PARALLEL\)$", makefile, re.M)  # everything
+    assert re.search(r"^PARALLEL \?= -n 2 --dist loadfile$", makefile, re.M)
 
 
 def test_benchmark_and_learning_tests_carry_their_marker():
