@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import math
+import numbers
 from typing import Any, Dict, Optional
 
 from ray.rllib.algorithms.algorithm import Algorithm
@@ -331,10 +332,11 @@ class HCAConfig(AlgorithmConfig):
 
         def count(name: str, low: int) -> None:
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_COUNT:
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not low <= value <= MAX_COUNT:
                 fail(f"{name} must be an integer in [{low}, {MAX_COUNT}], got {value!r}")
 
-        count("train_batch_size_per_learner", 1)
+        if self.train_batch_size_per_learner is not None:  # None: from train_batch_size
+            count("train_batch_size_per_learner", 1)
         count("num_env_runners", 0)
         count("num_envs_per_env_runner", 1)
         count("num_learners", 0)
@@ -368,7 +370,7 @@ class HCAConfig(AlgorithmConfig):
         if not isinstance(self.hindsight, dict):
             fail(f"hindsight must be a dict of options, got {self.hindsight!r}")
         if self.frame_stack is not None and (
-                isinstance(self.frame_stack, bool) or not isinstance(self.frame_stack, int)
+                isinstance(self.frame_stack, bool) or not isinstance(self.frame_stack, numbers.Integral)
                 or not 1 <= self.frame_stack <= 1024):
             fail(f"frame_stack must be an integer in [1, 1024] (None: the env family's default), "
                  f"got {self.frame_stack!r}")
