@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import math
 import os
 import shlex
 import sys
@@ -28,13 +29,60 @@ class UsageError(Exception):
 
 
 def path_argument(text: str) -> Path:
-    """argparse `type` for a path: absolute, `~` expanded (see runner.user_path)."""
+    """argparse `type` for a path: absolute, `~` expanded (see runner.user_path); an
+    empty string is refused (it would silently mean the working directory)."""
     from hca_rllib.runner import user_path
 
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path")
     try:
         return user_path(text)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+
+
+# The largest count or seed taken (as the config's `MAX_COUNT`): beyond it, a typo.
+MAX_COUNT = 2**31 - 1
+
+
+def int_argument(low: int, high: int = MAX_COUNT):
+    """argparse `type`: an integer in [low, high], else a one-line error saying so."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer in [{low}, {high}], got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be an integer in [{low}, {high}], got {value}")
+        return value
+
+    parse.__name__ = "int"
+    return parse
+
+
+def float_argument(low: float, high: float = math.inf, *, allow_inf: bool = False):
+    """argparse `type`: a number in [low, high] (no NaN; inf only if `allow_inf`)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number >= {low:g}, got {text!r}") from None
+        if math.isnan(value) or (math.isinf(value) and not allow_inf) or not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be a finite number in [{low:g}, {high:g}], got {text!r}")
+        return value
+
+    parse.__name__ = "float"
+    return parse
+
+
+def name_argument(text: str) -> str:
+    """argparse `type` for a non-empty name."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
+SEED = int_argument(0)
 
 
 def storage_argument(text: str) -> str:
@@ -43,6 +91,8 @@ def storage_argument(text: str) -> str:
 
 
 def _parse_value(text: str) -> Any:
+    if text.strip().lower() in ("nan", "inf", "+inf", "-inf", "infinity", "-infinity"):
+        return float(text)  # so that validation sees the number, not a string
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
@@ -71,17 +121,17 @@ def build_config(args: argparse.Namespace):
         if args.credit not in CREDIT_MODES:
             raise UsageError(f"unknown credit mode {args.credit!r}; choose one of {list(CREDIT_MODES)}")
         config.training(credit=args.credit)
-    config.environment(args.env)
-    config.env_runners(
-        num_env_runners=args.num_env_runners,
-        num_envs_per_env_runner=args.num_envs_per_env_runner,
-    )
-    config.debugging(seed=args.seed)
     overrides = parse_overrides(args.set)
     unknown = [key for key in overrides if not hasattr(config, key) and key not in RENAMED_FIELDS]
     if unknown:
         raise UsageError(f"unknown config key(s) in --set: {unknown}")
     try:
+        config.environment(args.env)
+        config.env_runners(
+            num_env_runners=args.num_env_runners,
+            num_envs_per_env_runner=args.num_envs_per_env_runner,
+        )
+        config.debugging(seed=args.seed)
         config.update_from_dict(overrides)  # an old field name fails here, naming the new one
         config.validate()
     except ValueError as error:
@@ -104,6 +154,8 @@ def train(args: argparse.Namespace) -> int:
         from hca_rllib.runner import read_results
 
         read_results(output / "results.jsonl")
+    if output.exists() and not output.is_dir():
+        raise UsageError(f"--output {str(output)!r} is a file, not a run directory")
     if args.checkpoint_every < 0:
         raise UsageError(f"--checkpoint-every must be >= 0, got {args.checkpoint_every}")
     if not args.progress_every >= 0:
@@ -167,23 +219,24 @@ def make_parser() -> argparse.ArgumentParser:
     t.add_argument("--env", default="CartPole-v1",
                    help="atari/<Game>, atari-machado/<Game>, minatar/<Game>, "
                         "bsuite/<experiment>-<setting>, HCA/<Task>-v0, any gymnasium id or 'module:Env-v0'")
-    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--seed", type=SEED, default=0)
     t.add_argument("--stop-timesteps", type=int, default=None, help="env steps (default 100,000)")
-    t.add_argument("--num-env-runners", type=int, default=0)
-    t.add_argument("--num-envs-per-env-runner", type=int, default=8)
+    t.add_argument("--num-env-runners", type=int_argument(0), default=0)
+    t.add_argument("--num-envs-per-env-runner", type=int_argument(1), default=8)
     t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="any config field, e.g. --set lr=3e-4 --set hca_ratio_clip=5")
     t.add_argument("--output", type=path_argument, default="runs/train", help="run directory")
     t.add_argument("--resume", action="store_true",
                    help="continue the run in --output from its newest valid checkpoint")
-    t.add_argument("--checkpoint-every", type=int, default=10, metavar="N",
+    t.add_argument("--checkpoint-every", type=int_argument(0), default=10, metavar="N",
                    help="checkpoint every N iterations (and at the end); 0: only at the end")
-    t.add_argument("--keep-checkpoints", type=int, default=3)
+    t.add_argument("--keep-checkpoints", type=int_argument(0), default=3,
+                   help="checkpoints kept (0: all)")
     t.add_argument("--wandb", default="auto", choices=["auto", "online", "offline", "off"],
                    help="auto: online if WANDB_API_KEY is set, else offline")
-    t.add_argument("--wandb-project", default="hca-rllib")
+    t.add_argument("--wandb-project", type=name_argument, default="hca-rllib")
     t.add_argument("--no-tensorboard", action="store_true")
-    t.add_argument("--torch-threads", type=int, default=1,
+    t.add_argument("--torch-threads", type=int_argument(0, 4096), default=1,
                    help="torch threads in this process (default 1, as Ray's workers; 0: torch's default)")
     t.add_argument("--address", default=None, help="Ray cluster address (default: RAY_ADDRESS or embedded Ray)")
     t.add_argument("--progress-every", type=float, default=PROGRESS_EVERY_S, metavar="SECONDS",
@@ -193,11 +246,11 @@ def make_parser() -> argparse.ArgumentParser:
 
     e = commands.add_parser("evaluate", help="play a checkpoint and report its full-game return")
     e.add_argument("checkpoint", type=path_argument, help="a checkpoint directory, or a run directory (its newest valid checkpoint)")
-    e.add_argument("--episodes", type=int, default=10, help="games to play")
+    e.add_argument("--episodes", type=int_argument(1), default=10, help="games to play")
     mode = e.add_mutually_exclusive_group()
     mode.add_argument("--greedy", action="store_true", help="take the most likely action")
     mode.add_argument("--stochastic", action="store_true", help="sample actions (the default)")
-    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--seed", type=SEED, default=0)
     e.add_argument("--video", type=path_argument, default=None, help="write one game as .gif or .mp4 here")
     e.add_argument("--output", type=path_argument, default=None, help="write evaluation.json here (default: beside the checkpoint)")
 

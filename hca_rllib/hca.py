@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import math
+import numbers
 from typing import Any, Dict, Optional
 
 from ray.rllib.algorithms.algorithm import Algorithm
@@ -36,6 +37,12 @@ from hca_rllib.module import HINDSIGHT_CHOICES, HINDSIGHT_DEFAULTS, hindsight_op
 
 OPTIMIZERS = ("rmsprop", "adam")
 RETURN_MODES = ("bootstrap", "monte_carlo")
+# The largest count (batch sizes, envs, epochs, seeds) taken: beyond it a value is a typo.
+MAX_COUNT = 2**31 - 1
+# Project fields that are True or False.
+BOOL_FIELDS = ("normalize_advantages", "hca_baseline", "c2a2c_soft", "c2a2c_normalize")
+# Fields whose value must be a dict (merged into the current one, or RLlib's).
+DICT_FIELDS = ("hindsight", "env_config", "model_config")
 
 # Fields renamed: `optimizer` is RLlib's own (old API stack) optimizer dict and `returns`
 # a train-batch column, so ours would collide; the trust in the classifier has one name
@@ -245,6 +252,9 @@ class HCAConfig(AlgorithmConfig):
             if value is NotProvided:
                 continue
             if key == "hindsight":
+                if not isinstance(value, dict):
+                    raise ValueError(f"hindsight must be a dict of options, e.g. {{'torso': 'shared'}}, "
+                                     f"got {value!r}; allowed options: {sorted(HINDSIGHT_DEFAULTS)}")
                 unknown = set(value) - set(HINDSIGHT_DEFAULTS)
                 if unknown:
                     raise ValueError(
@@ -263,10 +273,16 @@ class HCAConfig(AlgorithmConfig):
         for old in RENAMED_FIELDS:
             if old in config_dict and not _is_rllib_value(old, config_dict[old]):
                 raise ValueError(renamed_field_message(old, config_dict[old]))
+        for key in DICT_FIELDS:
+            if key in config_dict and not isinstance(config_dict[key], dict):
+                raise ValueError(f"{key} must be a dict, got {config_dict[key]!r}")
         hindsight = config_dict.pop("hindsight", None)
+        model_config = config_dict.pop("model_config", None)  # a read-only property: RLlib's setter
         super().update_from_dict(config_dict)
         if hindsight is not None:
             self.training(hindsight=hindsight)
+        if model_config is not None:
+            self.rl_module(model_config=model_config)
         return self
 
     @property
@@ -298,10 +314,66 @@ class HCAConfig(AlgorithmConfig):
 
     @override(AlgorithmConfig)
     def validate(self) -> None:
+        self._validate_rllib_fields()  # first: RLlib's own checks assume these types
         super().validate()
         self._validate_hca()
         self._validate_env()
         self._validate_sampler()
+
+    def _validate_rllib_fields(self) -> None:
+        """Types and ranges of the RLlib fields users set (`--set`, `update_from_dict`),
+        which RLlib itself checks little or not before its workers start: a one-line
+        error naming the field instead of a traceback, or a run that trains on nonsense."""
+        def fail(message: str) -> None:
+            self._value_error(message)
+
+        def is_number(value) -> bool:
+            return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+        def count(name: str, low: int) -> None:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not low <= value <= MAX_COUNT:
+                fail(f"{name} must be an integer in [{low}, {MAX_COUNT}], got {value!r}")
+
+        if self.train_batch_size_per_learner is not None:  # None: from train_batch_size
+            count("train_batch_size_per_learner", 1)
+        count("num_env_runners", 0)
+        count("num_envs_per_env_runner", 1)
+        count("num_learners", 0)
+        if self.rollout_fragment_length != "auto":
+            count("rollout_fragment_length", 1)
+        if self.seed is not None:
+            count("seed", 0)
+        if self.grad_clip is not None and not (is_number(self.grad_clip) and self.grad_clip > 0):
+            fail(f"grad_clip must be a number > 0 (None: no clipping), got {self.grad_clip!r}")
+        if self.grad_clip_by not in ("value", "norm", "global_norm"):
+            fail(f"grad_clip_by must be one of ['value', 'norm', 'global_norm'], got {self.grad_clip_by!r}")
+        if self.batch_mode not in ("truncate_episodes", "complete_episodes"):
+            fail(f"batch_mode must be one of ['truncate_episodes', 'complete_episodes'], got {self.batch_mode!r}")
+        cpus = self.num_cpus_per_env_runner
+        if not (is_number(cpus) and cpus >= 0):
+            fail(f"num_cpus_per_env_runner must be a number >= 0, got {cpus!r}")
+        if isinstance(self.lr, list):  # a schedule: [[timestep, lr], ...], from timestep 0
+            ok = len(self.lr) > 0 and all(
+                isinstance(p, (list, tuple)) and len(p) == 2 and is_number(p[0]) and p[0] >= 0
+                and is_number(p[1]) and p[1] > 0 for p in self.lr) and self.lr[0][0] == 0
+            if not ok:
+                fail(f"lr must be a number > 0 or a schedule [[0, lr0], [timestep, lr], ...] "
+                     f"with lrs > 0, got {self.lr!r}")
+        if self.env is not None and not isinstance(self.env, str) and not callable(self.env):
+            fail(f"env must be an environment id (a string) or an env class, got {self.env!r}")
+        if not isinstance(self.env_config, dict):
+            fail(f"env_config must be a dict, got {self.env_config!r}")
+        for name in BOOL_FIELDS:
+            if not isinstance(getattr(self, name), bool):
+                fail(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if not isinstance(self.hindsight, dict):
+            fail(f"hindsight must be a dict of options, got {self.hindsight!r}")
+        if self.frame_stack is not None and (
+                isinstance(self.frame_stack, bool) or not isinstance(self.frame_stack, numbers.Integral)
+                or not 1 <= self.frame_stack <= 1024):
+            fail(f"frame_stack must be an integer in [1, 1024] (None: the env family's default), "
+                 f"got {self.frame_stack!r}")
 
     def _validate_sampler(self) -> None:
         """Check `sampler` and install its EnvRunner class (RLlib's `env_runner_cls`
@@ -399,9 +471,13 @@ class HCAConfig(AlgorithmConfig):
         if (not isinstance(self.hindsight_epochs, int) or isinstance(self.hindsight_epochs, bool)
                 or self.hindsight_epochs < 0):
             fail(f"hindsight_epochs must be an integer >= 0, got {self.hindsight_epochs!r}")
+        if self.hindsight_epochs > MAX_COUNT:
+            fail(f"hindsight_epochs must be at most {MAX_COUNT}, got {self.hindsight_epochs!r}")
         if (not isinstance(self.hindsight_memory, int) or isinstance(self.hindsight_memory, bool)
                 or self.hindsight_memory < 0):
             fail(f"hindsight_memory must be an integer >= 0, got {self.hindsight_memory!r}")
+        if self.hindsight_memory > MAX_COUNT:
+            fail(f"hindsight_memory must be at most {MAX_COUNT}, got {self.hindsight_memory!r}")
         if self.hindsight_memory > 0 and self.hindsight_epochs == 0:
             fail(f"hindsight_memory={self.hindsight_memory} is used by the extra classifier "
                  f"passes only: set hindsight_epochs >= 1")
@@ -410,12 +486,21 @@ class HCAConfig(AlgorithmConfig):
         error = hindsight_option_error(self.hindsight)
         if error:
             fail(error)
+        hiddens = self.hindsight.get("hiddens")
+        if not isinstance(hiddens, (list, tuple)) or any(
+                isinstance(h, bool) or not isinstance(h, int) or not 1 <= h <= MAX_COUNT for h in hiddens):
+            fail(f"hindsight.hiddens must be a list of layer sizes (integers >= 1), got {hiddens!r}")
         if self.hindsight["return_encoding"] == "bins":
-            if not isinstance(self.hindsight["num_bins"], int) or self.hindsight["num_bins"] < 2:
-                fail(f"hindsight.num_bins must be an integer >= 2, got {self.hindsight['num_bins']!r}")
+            num_bins = self.hindsight["num_bins"]
+            if isinstance(num_bins, bool) or not isinstance(num_bins, int) or not 2 <= num_bins <= MAX_COUNT:
+                fail(f"hindsight.num_bins must be an integer >= 2, got {num_bins!r}")
             bins_range = self.hindsight["bins_range"]
-            if len(bins_range) != 2 or not bins_range[0] < bins_range[1]:
-                fail(f"hindsight.bins_range must be [low, high] with low < high, got {list(bins_range)}")
+            if (not isinstance(bins_range, (list, tuple)) or len(bins_range) != 2
+                    or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and math.isfinite(b)
+                               for b in bins_range)
+                    or not bins_range[0] < bins_range[1]):
+                fail(f"hindsight.bins_range must be [low, high] with low < high (finite numbers), "
+                     f"got {bins_range!r}")
         if self.return_mode == "monte_carlo" and self.batch_mode != "complete_episodes":
             fail('return_mode="monte_carlo" needs batch_mode="complete_episodes" '
                  f"(env_runners(batch_mode=...)), got {self.batch_mode!r}")

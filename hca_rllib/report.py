@@ -448,6 +448,8 @@ def write_report(run_dirs: List[Path], out: Path, *, final_fraction: float = 0.1
             f"no run directory (with {RUN_FILE} and {RESULTS_FILE}) at or below: "
             + ", ".join(str(p) for p in run_dirs))
     out = user_path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"report output {str(out)!r} is a file, not a directory")
     out.mkdir(parents=True, exist_ok=True)
 
     notes: List[str] = []

@@ -1,0 +1,315 @@
+"""Bad input, table-driven: malformed values for every flag of every `hca-rllib`
+subcommand (train, evaluate, report, sweep) and for `--set` of every config field.
+
+Each case runs `hca_rllib.cli.main` in this process with Ray's start patched to raise
+(`ray.init` and `hca_rllib.runner.init_ray`), so a value that slips through validation
+shows up as "started Ray" instead of training. A case is clean when the command exits
+with status 2, its stderr (fd level: logging too) is exactly one line starting
+`hca-rllib: error:`, that line names the problem (the flag or field, case-insensitive),
+there is no traceback, and Ray was not started.
+
+Counts (issue 14, item 5): 514 cases. On the code before this test's fixes 300 were
+clean and 214 not: 188 were accepted (Ray would have started and trained), 17 ended in
+a traceback, 7 in an error that did not name the problem, and 2 exited 0 (an empty path
+read as the working directory). After them all 514 are clean.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+class RayStarted(BaseException):
+    """Raised by the patched ray.init: validation let the input through."""
+
+
+def _case_id(argv):
+    return " ".join(a if a else "''" for a in argv)[:120]
+
+
+# ------------------------------------------------------------------ the table
+
+# Bad values per config field (as typed after `--set KEY=`), each expected to be refused
+# with a message naming the field.
+NUMBER_BAD = ["nan", "inf", "'x'", "''", "[1]", "{1: 2}", "True", "None"]
+SET_BAD = {
+    # the project's fields (hca_rllib.hca.HCA_TRAINING_DEFAULTS)
+    "credit": ["nope", "''", "1", "[1]", "None"],
+    "return_mode": ["nope", "''", "1"],
+    "vf_loss_coeff": ["-1", *NUMBER_BAD],
+    "entropy_coeff": ["-1", "1e400", *NUMBER_BAD],
+    "normalize_advantages": ["yes", "''", "2", "None", "[1]"],
+    "hca_ratio_clip": ["0.5", "-1", "1e400", *NUMBER_BAD],
+    "hca_baseline": ["yes", "2", "None"],
+    "c2a2c_delta": ["0", "-1", *NUMBER_BAD],
+    "c2a2c_soft": ["yes", "2", "None"],
+    "c2a2c_normalize": ["yes", "2", "None"],
+    "mix_eta": ["-0.1", "1.5", *NUMBER_BAD],
+    "trust": ["nope", "''", "1", "[1]"],
+    "trust_z": ["0", "-1", *NUMBER_BAD],
+    "trust_information": ["0", "-1", "nan", "inf", "'x'", "[1]", "True"],
+    "trust_decay": ["1", "-0.1", *NUMBER_BAD],
+    "trust_max_scale": ["0", "-1", *NUMBER_BAD],
+    "trust_calibration": ["nope", "''", "1"],
+    "trust_bins": ["'x'", "''", "[2,1]", "[-1]", "[0]", "[1,1]", "[nan]", "{1: 2}", "1", "[[1]]", "[True]"],
+    "hindsight": ["[1,2]", "{torso:nope}", "''", "5", "None", "{'torso': 'nope'}", "{'nope': 1}",
+                  "{'hiddens': 'x'}", "{'hiddens': [-1]}", "{'hiddens': [0]}", "{'hiddens': 64}",
+                  "{'return_encoding': 'bins', 'num_bins': 1}", "{'return_encoding': 'bins', 'bins_range': 5}",
+                  "{'return_encoding': 'bins', 'bins_range': [1]}", "{'return_encoding': 'bins', 'bins_range': [1, 0]}",
+                  "{'return_encoding': 'bins', 'bins_range': ['a', 'b']}",
+                  "{'balanced': 'yes'}", "{'balanced_clip': 0.5}"],
+    "hindsight_loss_coeff": ["-1", *NUMBER_BAD],
+    "hindsight_epochs": ["-1", "1.5", "'x'", "True", "nan", "10**12"],
+    "hindsight_lr": ["0", "-1", "nan", "inf", "'x'", "[1]"],
+    "hindsight_memory": ["-1", "1.5", "'x'", "True", "10**12"],
+    "optimizer_type": ["sgd", "''", "1"],
+    "rmsprop_alpha": ["0", "1", "-1", *NUMBER_BAD],
+    "optimizer_eps": ["0", "-1", "2", *NUMBER_BAD],
+    "frame_stack": ["0", "-1", "1.5", "'x'", "True", "[1]"],
+    "sampler": ["nope", "''", "1"],
+    # RLlib's fields the CLI exposes or that users commonly set
+    "lr": ["0", "-1", "nan", "inf", "'x'", "''", "[1, 2]", "{1: 2}", "True"],
+    "gamma": ["0", "-1", "1.5", *NUMBER_BAD],
+    "lambda_": ["-1", "2", *NUMBER_BAD],
+    "train_batch_size_per_learner": ["0", "-1", "1.5", "'x'", "nan", "True", "10**15", "[1]"],
+    "num_env_runners": ["-1", "1.5", "'x'", "True", "[1]"],
+    "num_envs_per_env_runner": ["0", "-1", "1.5", "'x'", "True", "10**12"],
+    "rollout_fragment_length": ["0", "-1", "1.5", "'x'", "True", "[1]"],
+    "grad_clip": ["0", "-1", "nan", "'x'", "[1]", "True"],
+    "grad_clip_by": ["nope", "''", "1"],
+    "num_learners": ["-1", "1.5", "'x'"],
+    "batch_mode": ["nope", "''", "1"],
+    "num_cpus_per_env_runner": ["-1", "nan", "'x'"],
+    "seed": ["-1", "1.5", "'x'", "2**64"],
+    "env": ["nope-v0", "''", "5", "[1]"],
+    "env_config": ["'x'", "[1]", "5"],
+    "model_config": ["'x'", "[1]", "5"],
+}
+SET_SYNTAX = [  # --set itself malformed: (value, expected words)
+    ("lr", "key=value"), ("", "key=value"), ("=1", "unknown"), ("nosuchkey=1", "nosuchkey"),
+    ("LR=1e-3", "LR"), (" =1", "unknown"),
+]
+
+
+def _train(*extra):
+    return ["train", "--output", "out", *extra]
+
+
+def _sweep(*extra):
+    return ["sweep", "--envs", "CartPole-v1", "--output", "sw", *extra]
+
+
+def _cases():
+    cases = []
+
+    def add(argv, words):
+        cases.append(pytest.param(argv, words, id=_case_id(argv)))
+
+    # train: every flag
+    for flag, values in {
+        "--algo": ["PPO", "", "hca"],
+        "--credit": ["nope", ""],
+        "--env": ["nope-v0", "", "no_such_module:Env-v0", "atari/NoSuchGame", "Pendulum-v1"],
+        "--seed": ["x", "1.5", "nan", "-1", str(2**64), ""],
+        "--stop-timesteps": ["0", "-5", "x", "1.5", "nan", ""],
+        "--num-env-runners": ["-1", "x", "1.5", ""],
+        "--num-envs-per-env-runner": ["0", "-1", "x", "1.5", ""],
+        "--checkpoint-every": ["-1", "x", "1.5", ""],
+        "--keep-checkpoints": ["-1", "x", ""],
+        "--wandb": ["bogus", ""],
+        "--wandb-project": [""],
+        "--torch-threads": ["-1", "x", ""],
+        "--progress-every": ["-1", "nan", "x", ""],
+        "--output": [""],
+    }.items():
+        words = {"--algo": "algorithm", "--credit": "credit mode", "--env": "environment"}.get(flag, flag)
+        for value in values:
+            add(["train", flag, value] if flag == "--output" else _train(flag, value), words)
+    add(["train", "--output", "~no_such_user_hca/x"], "no_such_user_hca")
+    add(_train("--bogus-flag"), "--bogus-flag")
+    add(_train("--seed"), "--seed")  # flag without its value
+    add(_train("--resume"), "nothing to resume")
+    add(["train", "--output", "a_file"], "a_file")  # a file, not a directory (made by the fixture)
+    # train: --set
+    for value, words in SET_SYNTAX:
+        add(_train("--set", value), words)
+    for field, values in SET_BAD.items():
+        for value in values:
+            add(_train("--set", f"{field}={value}"), field.rstrip("_") if field != "lambda_" else "lambda")
+    add(_train("--set", "optimizer=adam"), "optimizer_type")  # renamed field
+
+    # evaluate: every flag
+    for argv, words in [
+        (["evaluate", ""], "checkpoint"),
+        (["evaluate", "no_such_dir"], "no_such_dir"),
+        (["evaluate", "a_file"], "a_file"),
+        (["evaluate", "empty_dir"], "empty_dir"),
+        (["evaluate", "~no_such_user_hca/c"], "no_such_user_hca"),
+        (["evaluate"], "checkpoint"),
+        (["evaluate", "no_such_dir", "--episodes", "0"], "--episodes"),
+        (["evaluate", "no_such_dir", "--episodes", "-1"], "--episodes"),
+        (["evaluate", "no_such_dir", "--episodes", "x"], "--episodes"),
+        (["evaluate", "no_such_dir", "--episodes", "1.5"], "--episodes"),
+        (["evaluate", "no_such_dir", "--episodes", ""], "--episodes"),
+        (["evaluate", "no_such_dir", "--seed", "x"], "--seed"),
+        (["evaluate", "no_such_dir", "--seed", "-1"], "--seed"),
+        (["evaluate", "no_such_dir", "--seed", str(2**64)], "--seed"),
+        (["evaluate", "no_such_dir", "--video", "x.avi"], "video"),
+        (["evaluate", "no_such_dir", "--video", ""], "--video"),
+        (["evaluate", "no_such_dir", "--output", ""], "--output"),
+        (["evaluate", "no_such_dir", "--greedy", "--stochastic"], "--stochastic"),
+        (["evaluate", "no_such_dir", "--bogus"], "--bogus"),
+    ]:
+        add(argv, words)
+
+    # report: every flag
+    for argv, words in [
+        (["report"], "RUN_DIR"),
+        (["report", ""], "RUN_DIR"),
+        (["report", "no_such_dir"], "no_such_dir"),
+        (["report", "empty_dir"], "empty_dir"),
+        (["report", "run", "--final-fraction", "0"], "final_fraction"),
+        (["report", "run", "--final-fraction", "-1"], "final_fraction"),
+        (["report", "run", "--final-fraction", "2"], "final_fraction"),
+        (["report", "run", "--final-fraction", "nan"], "final_fraction"),
+        (["report", "run", "--final-fraction", "inf"], "final_fraction"),
+        (["report", "run", "--final-fraction", "x"], "--final-fraction"),
+        (["report", "run", "--output", ""], "--output"),
+        (["report", "run", "--output", "a_file"], "a_file"),
+    ]:
+        add(argv, words)
+
+    # sweep: every flag
+    for flag, values in {
+        "--envs": ["", ",", "nope-v0", "CartPole-v1,nope-v0"],
+        "--credits": ["nope", "", ","],
+        "--seeds": ["x", "", "1.5", "-1", str(2**64)],
+        "--stop-timesteps": ["0", "-1", "x"],
+        "--num-env-runners": ["-1", "x"],
+        "--num-envs-per-env-runner": ["0", "-1"],
+        "--cpus-per-env-runner": ["-1", "nan", "inf", "x"],
+        "--scheduler": ["bogus"],
+        "--metric": [""],
+        "--max-failures": ["-2", "x"],
+        "--max-concurrent": ["0", "-1", "x"],
+        "--checkpoint-every": ["-1", "x"],
+        "--output": [""],
+        "--name": ["", "a/b", ".."],
+        "--wandb": ["bogus"],
+        "--wandb-project": [""],
+    }.items():
+        for value in values:
+            if flag == "--envs":
+                argv = ["sweep", "--output", "sw", "--envs", value]
+            elif flag == "--output":
+                argv = ["sweep", "--envs", "CartPole-v1", "--output", value]
+            else:
+                argv = _sweep(flag, value)
+            add(argv, "environment" if flag == "--envs" and value.strip(", ") else flag)
+    add(["sweep"], "--envs")
+    add(_sweep("--set", "nosuchkey=1"), "nosuchkey")
+    add(_sweep("--set", "lr"), "key=value")
+    add(_sweep("--set", "grid:lr=5"), "grid:lr")
+    add(_sweep("--set", "grid:lr=[]"), "grid:lr")
+    add(_sweep("--set", "grid:lr=[1e-3,-1]"), "lr")
+    add(_sweep("--set", "grid:nosuchkey=[1]"), "nosuchkey")
+    add(_sweep("--set", "grid:hindsight=[[1,2]]"), "hindsight")
+    for field, values in SET_BAD.items():  # the first two bad values of each field
+        if field in ("env", "seed"):  # the sweep sets these itself (--envs, --seeds)
+            continue
+        for value in values[:2]:
+            add(_sweep("--set", f"{field}={value}"), field.rstrip("_") if field != "lambda_" else "lambda")
+    return cases
+
+
+CASES = _cases()
+
+
+# ------------------------------------------------------------------ the check
+
+@pytest.fixture
+def cli(tmp_path, monkeypatch, capfd):
+    """Run `hca_rllib.cli.main(argv)` in tmp_path with Ray's start refused; returns
+    (status, stderr lines, what went wrong or None)."""
+    import ray
+
+    import hca_rllib.runner
+    from hca_rllib.cli import main
+
+    def no_ray(*args, **kwargs):
+        raise RayStarted()
+
+    monkeypatch.setattr(ray, "init", no_ray)
+    monkeypatch.setattr(hca_rllib.runner, "init_ray", no_ray)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a_file").write_text("not a directory\n")
+    (tmp_path / "empty_dir").mkdir()
+    run = tmp_path / "run"  # a minimal run directory for `report`
+    run.mkdir()
+    (run / "run.json").write_text(json.dumps({"algo": "HCA", "credit": "hca", "env": "CartPole-v1", "seed": 0}))
+    (run / "results.jsonl").write_text("".join(
+        json.dumps({"iteration": i, "env_steps": 100 * i, "score": float(i), "time_s": float(i)}) + "\n"
+        for i in range(1, 4)))
+
+    def call(argv):
+        problem = None
+        try:
+            status = main(list(argv))
+        except SystemExit as exit_:
+            status = exit_.code
+        except RayStarted:
+            status, problem = None, "started Ray (the input was accepted)"
+        except Exception as error:  # noqa: BLE001 - what the user would see as a traceback
+            status, problem = None, f"traceback: {type(error).__name__}: {str(error)[:300]}"
+        out, err = capfd.readouterr()
+        lines = [line for line in err.splitlines() if line.strip()]
+        return status, lines, problem
+
+    return call
+
+
+def clean(status, lines, problem, words):
+    """None if the outcome is clean, else what is wrong with it."""
+    if problem:
+        return problem
+    if status != 2:
+        return f"exit status {status!r}, not 2 (stderr {lines[:3]})"
+    if len(lines) != 1:
+        return f"{len(lines)} lines on stderr, not 1: {lines[:4]}"
+    if "Traceback" in lines[0] or not lines[0].startswith("hca-rllib: error:"):
+        return f"not a one-line error: {lines[0]!r}"
+    if words.lower() not in lines[0].lower():
+        return f"the error does not name {words!r}: {lines[0]!r}"
+    return None
+
+
+@pytest.mark.parametrize("argv, words", CASES)
+def test_bad_input_is_a_one_line_error(argv, words, cli):
+    wrong = clean(*cli(argv), words)
+    assert wrong is None, f"hca-rllib {_case_id(argv)}: {wrong}"
+
+
+def test_the_table_covers_every_flag_and_field():
+    """Every flag of every subcommand and every project field has bad values above, so a
+    new flag or field cannot go untested."""
+    from hca_rllib.cli import make_parser
+    from hca_rllib.hca import HCA_TRAINING_DEFAULTS
+
+    parser = make_parser()
+    commands = parser._subparsers._group_actions[0].choices
+    tried = {cmd: set() for cmd in commands}
+    for param in CASES:
+        argv = param.values[0]
+        if argv:
+            tried[argv[0]].update(a for a in argv[1:] if a.startswith("--"))
+    harmless = {"--help", "--resume", "--no-tensorboard", "--greedy", "--stochastic", "--address"}
+    for name, sub in commands.items():
+        flags = {opt for action in sub._actions for opt in action.option_strings if opt.startswith("--")}
+        missing = flags - tried[name] - harmless
+        assert not missing, f"{name}: no bad values for {sorted(missing)}"
+    assert not set(HCA_TRAINING_DEFAULTS) - set(SET_BAD), "a project field without bad values"
+    assert len(CASES) >= 500
