@@ -71,10 +71,12 @@ def _load_module(path: Path):
     made = (f" (made by hca_rllib {version}; this is {__version__})"
             if version is not None and version != __version__ else "")
     # RLlib logs a warning and falls back to a bare RLModule when the module's class
-    # does not unpickle: that is the error here, said once.
-    quiet = logging.getLogger("ray.rllib.utils.checkpoints")
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)
+    # does not unpickle (that is the error here, said once), and a deprecation warning of
+    # its own constructor call on every load (not the user's to act on).
+    quiet = [logging.getLogger(name) for name in ("ray.rllib.utils.checkpoints", "ray._common.deprecation")]
+    levels = [logger.level for logger in quiet]
+    for logger in quiet:
+        logger.setLevel(logging.ERROR)
     try:
         module = RLModule.from_checkpoint(str(path.joinpath(*MODULE_PATH)))
     except Exception as error:
@@ -82,7 +84,8 @@ def _load_module(path: Path):
         raise CheckpointError(f"checkpoint {str(path)!r}: its module does not load{made}: "
                               f"{type(error).__name__}: {first[:300]}") from None
     finally:
-        quiet.setLevel(level)
+        for logger, level in zip(quiet, levels):
+            logger.setLevel(level)
     if not isinstance(module, HCATorchRLModule):
         raise CheckpointError(f"checkpoint {str(path)!r}: its module does not load{made}: its class "
                               f"does not unpickle here (RLlib fell back to {type(module).__name__})")

@@ -18,6 +18,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import ray  # noqa: F401  (imported here, not under a test's capture: Ray's log handlers keep their stream)
+
+import hca_rllib.cli  # noqa: F401
 
 pytestmark = pytest.mark.slow  # the module's fixture trains (a CLI subprocess) and builds PPO
 
