@@ -12,13 +12,14 @@ needed.
 from __future__ import annotations
 
 import json
-import pickle
+import logging
 from pathlib import Path
 from typing import Any, Dict, Optional
 
 import numpy as np
 
-from hca_rllib.runner import CHECKPOINTS, CheckpointError, newest_valid_checkpoint, user_path, verify_checkpoint
+from hca_rllib.runner import (CHECKPOINTS, CheckpointError, checkpoint_algorithm, newest_valid_checkpoint,
+                              user_path, verify_checkpoint)
 
 MODULE_PATH = ("learner_group", "learner", "rl_module", "default_policy")
 MAX_VIDEO_FRAMES = 20_000
@@ -45,9 +46,50 @@ def find_checkpoint(path, warn=lambda message: print(f"warning: {message}")) -> 
 
 
 def _config_of(checkpoint: Path) -> Dict[str, Any]:
-    with open(checkpoint / "class_and_ctor_args.pkl", "rb") as f:
-        ctor = pickle.load(f)
-    return ctor["ctor_args_and_kwargs"][0][0]
+    """The config state of an HCA or A2C checkpoint (a pickle: load only checkpoints you
+    trust); CheckpointError for another algorithm's or an unreadable one."""
+    from hca_rllib.hca import ALGORITHMS
+
+    algo_class, state = checkpoint_algorithm(checkpoint)
+    if algo_class not in ALGORITHMS.values():
+        raise CheckpointError(f"checkpoint {str(checkpoint)!r} is of algorithm "
+                              f"{getattr(algo_class, '__name__', algo_class)}, not one of {list(ALGORITHMS)}")
+    return state
+
+
+def _load_module(path: Path):
+    """The checkpoint's RLModule, a failure (another package version's module, missing
+    files) as a one-line CheckpointError."""
+    from ray.rllib.core.rl_module.rl_module import RLModule
+
+    from hca_rllib import __version__
+    from hca_rllib.runner import _checkpoint_version
+
+    from hca_rllib.module import HCATorchRLModule
+
+    version = _checkpoint_version(path)
+    made = (f" (made by hca_rllib {version}; this is {__version__})"
+            if version is not None and version != __version__ else "")
+    # RLlib logs a warning and falls back to a bare RLModule when the module's class
+    # does not unpickle (that is the error here, said once), and a deprecation warning of
+    # its own constructor call on every load (not the user's to act on).
+    quiet = [logging.getLogger(name) for name in ("ray.rllib.utils.checkpoints", "ray._common.deprecation")]
+    levels = [logger.level for logger in quiet]
+    for logger in quiet:
+        logger.setLevel(logging.ERROR)
+    try:
+        module = RLModule.from_checkpoint(str(path.joinpath(*MODULE_PATH)))
+    except Exception as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise CheckpointError(f"checkpoint {str(path)!r}: its module does not load{made}: "
+                              f"{type(error).__name__}: {first[:300]}") from None
+    finally:
+        for logger, level in zip(quiet, levels):
+            logger.setLevel(level)
+    if not isinstance(module, HCATorchRLModule):
+        raise CheckpointError(f"checkpoint {str(path)!r}: its module does not load{made}: its class "
+                              f"does not unpickle here (RLlib fell back to {type(module).__name__})")
+    return module
 
 
 class TrainingInputs:
@@ -122,7 +164,6 @@ def evaluate_checkpoint(
     import gymnasium as gym
     import torch
     from ray.rllib.core.columns import Columns
-    from ray.rllib.core.rl_module.rl_module import RLModule
 
     from hca_rllib.envs import resolve_env
 
@@ -140,7 +181,7 @@ def evaluate_checkpoint(
     env_id, env_config = config["env"], dict(config.get("env_config") or {})
     info = resolve_env(env_id, env_config, frame_stack=config.get("frame_stack"),
                        model_config=config.get("model_config") or {})
-    module = RLModule.from_checkpoint(str(path.joinpath(*MODULE_PATH)))
+    module = _load_module(path)
     module.eval()
     try:
         env = gym.make(env_id, render_mode="rgb_array" if video else None, **env_config)
@@ -156,6 +197,15 @@ def evaluate_checkpoint(
     returns, frames, episode_return = [], [], 0.0
     obs, reset_info = env.reset(seed=seed)
     batch = inputs.reset(obs, reset_info)
+    try:  # a module made for other observations fails here, not mid-game
+        with torch.no_grad():
+            module.forward_inference(batch)
+    except Exception as error:
+        raise CheckpointError(
+            f"checkpoint {str(path)!r}: its module (observations of shape "
+            f"{getattr(module.observation_space, 'shape', None)}) does not fit env {env_id!r} "
+            f"(observations of shape {getattr(env.observation_space, 'shape', None)}): {type(error).__name__}: "
+            f"{str(error).strip().splitlines()[0][:200] if str(error).strip() else ''}") from None
     recording = video is not None
     while len(returns) < episodes:
         with torch.no_grad():

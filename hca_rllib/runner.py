@@ -189,7 +189,10 @@ def save_checkpoint(algo, run_dir: Path, iteration: int, env_steps: int, keep: i
     algo.save_to_path(str(tmp.resolve()))
     with open(tmp / RNG_STATE, "wb") as f:
         pickle.dump(_rng_state(), f)
-    meta = {"iteration": iteration, "env_steps": env_steps, "time": time.time(), "files": _file_hashes(tmp)}
+    from hca_rllib import __version__
+
+    meta = {"iteration": iteration, "env_steps": env_steps, "time": time.time(),
+            "package_version": __version__, "files": _file_hashes(tmp)}
     (tmp / CHECKPOINT_META).write_text(json.dumps(meta, indent=1))
     _fsync_tree(tmp)
     if final.exists():
@@ -240,6 +243,85 @@ def verify_checkpoint(path: Path, require_meta: bool = False) -> Dict[str, Any]:
         if actual[name] != digest:
             raise CheckpointError(f"checkpoint {str(path)!r}: file {name} is damaged (checksum mismatch)")
     return meta
+
+
+# Config fields that shape the RLModule's weights: a checkpoint restores only into a
+# module built with the same values.
+MODULE_FIELDS = ("hindsight", "trust_bins", "frame_stack", "_model_config")
+
+
+def checkpoint_algorithm(path: Path) -> Tuple[type, Dict[str, Any]]:
+    """The algorithm class and config state an RLlib checkpoint was made with (read from
+    its `class_and_ctor_args.pkl`: a pickle, so only for checkpoints you trust)."""
+    try:
+        with open(Path(path) / "class_and_ctor_args.pkl", "rb") as f:
+            ctor = pickle.load(f)
+        algo_class = ctor["class"]
+        state = ctor["ctor_args_and_kwargs"][0][0]
+        if not isinstance(state, dict):
+            raise TypeError(f"config state is a {type(state).__name__}")
+    except FileNotFoundError:
+        raise CheckpointError(f"{str(path)!r} is not an algorithm checkpoint "
+                              f"(no class_and_ctor_args.pkl)") from None
+    except Exception as error:  # an unpickling error names a module or class it lacks
+        raise CheckpointError(f"checkpoint {str(path)!r}: unreadable class_and_ctor_args.pkl "
+                              f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})"
+                              ) from None
+    return algo_class, state
+
+
+def _algo_name(algo_class) -> str:
+    return getattr(algo_class, "__name__", repr(algo_class))
+
+
+def check_checkpoint_fits(path: Path, config) -> None:
+    """Raise CheckpointError (one line) when the checkpoint at `path` cannot restore into
+    an algorithm built from `config`: another algorithm, another environment, or other
+    values of the fields that shape the module (`MODULE_FIELDS`)."""
+    from hca_rllib.hca import ALGORITHMS
+
+    algo_class, state = checkpoint_algorithm(path)
+    if algo_class not in ALGORITHMS.values():
+        raise CheckpointError(f"checkpoint {str(path)!r} is of algorithm {_algo_name(algo_class)}, "
+                              f"not one of {list(ALGORITHMS)}")
+    if algo_class is not config.algo_class:
+        raise CheckpointError(f"checkpoint {str(path)!r} is of algorithm {_algo_name(algo_class)}; "
+                              f"this run is {_algo_name(config.algo_class)}")
+    if state.get("env") != config.env:
+        raise CheckpointError(f"checkpoint {str(path)!r} was made for env {state.get('env')!r}; "
+                              f"this run is for env {config.env!r}")
+    if (state.get("env_config") or {}) != (config.env_config or {}):
+        raise CheckpointError(f"checkpoint {str(path)!r} was made with env_config="
+                              f"{state.get('env_config')!r}; this run has {config.env_config!r}")
+    differ = [f"{key}={state.get(key)!r} (this run: {getattr(config, key, None)!r})"
+              for key in MODULE_FIELDS
+              if key in state and state.get(key) != getattr(config, key, None)]
+    if differ:
+        raise CheckpointError(f"checkpoint {str(path)!r} was made with a module of other shape: "
+                              + "; ".join(differ))
+
+
+def restore_algorithm(algo, path: Path) -> None:
+    """`algo.restore_from_path`, with a failure (a module that does not fit, a checkpoint
+    of another package version) as a one-line CheckpointError."""
+    from hca_rllib import __version__
+
+    try:
+        algo.restore_from_path(str(Path(path).resolve()))
+    except Exception as error:
+        version = _checkpoint_version(path)
+        made = (f" (made by hca_rllib {version}; this is {__version__})"
+                if version is not None and version != __version__ else "")
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise CheckpointError(f"checkpoint {str(path)!r} does not restore into this "
+                              f"{_algo_name(type(algo))}{made}: {type(error).__name__}: {first[:300]}") from None
+
+
+def _checkpoint_version(path: Path) -> Optional[str]:
+    try:
+        return json.loads((Path(path) / CHECKPOINT_META).read_text()).get("package_version")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def checkpoints_newest_first(run_dir: Path) -> List[Path]:
@@ -565,20 +647,22 @@ def run_training(
     info["stop_timesteps"] = stop_timesteps
     mode = wandb_mode(wandb)
 
+    checkpoint = None
+    if resume:  # before Ray starts: a checkpoint that does not fit is named at once
+        checkpoint = newest_valid_checkpoint(run_dir, warn)
+        if checkpoint is None:
+            warn(f"no valid checkpoint in {str(run_dir)!r}: starting from scratch")
+        else:
+            check_checkpoint_fits(checkpoint, config)
     init_ray(address)
     algo = config.build_algo()
     loggers: List[Any] = []
     display: Optional[Progress] = None
     try:
-        checkpoint = None
-        if resume:
-            checkpoint = newest_valid_checkpoint(run_dir, warn)
-            if checkpoint is None:
-                warn(f"no valid checkpoint in {str(run_dir)!r}: starting from scratch")
         if resume:
             remove_partial_checkpoints(run_dir)
         if checkpoint is not None:
-            algo.restore_from_path(str(checkpoint.resolve()))
+            restore_algorithm(algo, checkpoint)
             restore_rng_state(checkpoint)
             meta = verify_checkpoint(checkpoint, require_meta=True)
             kept = [line for line in read_results(results_path) if line["iteration"] <= meta["iteration"]]
