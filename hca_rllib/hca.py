@@ -39,6 +39,7 @@ OPTIMIZERS = ("rmsprop", "adam")
 RETURN_MODES = ("bootstrap", "monte_carlo")
 # The largest count (batch sizes, envs, epochs, seeds) taken: beyond it a value is a typo.
 MAX_COUNT = 2**31 - 1
+MAX_FRAME_STACK = 1024
 # Project fields that are True or False.
 BOOL_FIELDS = ("normalize_advantages", "hca_baseline", "c2a2c_soft", "c2a2c_normalize")
 # Fields whose value must be a dict (merged into the current one, or RLlib's).
@@ -135,6 +136,14 @@ HCA_TRAINING_DEFAULTS: Dict[str, Any] = {
     "optimizer_eps": 1e-5,
 }
 
+
+
+def integer_error(name: str, value: Any, low: int, high: int = MAX_COUNT, note: str = "") -> Optional[str]:
+    """The one-line error for a value that must be an integer in [low, high] (any
+    `numbers.Integral`, numpy's included, but not a bool), or None when it is one."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not low <= value <= high:
+        return f"{name} must be an integer in [{low}, {high}]{note}, got {value!r}"
+    return None
 
 def renamed_field_message(old: str, value: Any = NotProvided) -> str:
     """The one-line error for a field under its old name (`RENAMED_FIELDS`)."""
@@ -331,9 +340,9 @@ class HCAConfig(AlgorithmConfig):
             return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
         def count(name: str, low: int) -> None:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not low <= value <= MAX_COUNT:
-                fail(f"{name} must be an integer in [{low}, {MAX_COUNT}], got {value!r}")
+            error = integer_error(name, getattr(self, name), low)
+            if error:
+                fail(error)
 
         if self.train_batch_size_per_learner is not None:  # None: from train_batch_size
             count("train_batch_size_per_learner", 1)
@@ -369,11 +378,11 @@ class HCAConfig(AlgorithmConfig):
                 fail(f"{name} must be True or False, got {getattr(self, name)!r}")
         if not isinstance(self.hindsight, dict):
             fail(f"hindsight must be a dict of options, got {self.hindsight!r}")
-        if self.frame_stack is not None and (
-                isinstance(self.frame_stack, bool) or not isinstance(self.frame_stack, numbers.Integral)
-                or not 1 <= self.frame_stack <= 1024):
-            fail(f"frame_stack must be an integer in [1, 1024] (None: the env family's default), "
-                 f"got {self.frame_stack!r}")
+        if self.frame_stack is not None:
+            error = integer_error("frame_stack", self.frame_stack, 1, MAX_FRAME_STACK,
+                                  " (None: the env family's default)")
+            if error:
+                fail(error)
 
     def _validate_sampler(self) -> None:
         """Check `sampler` and install its EnvRunner class (RLlib's `env_runner_cls`
@@ -468,16 +477,10 @@ class HCAConfig(AlgorithmConfig):
         if self.credit in HINDSIGHT_CREDIT_MODES and self.hindsight_loss_coeff == 0 and self.hindsight_epochs == 0:
             fail(f"credit={self.credit!r} needs a trained classifier: hindsight_loss_coeff "
                  f"must be > 0 (or hindsight_epochs >= 1), got 0")
-        if (not isinstance(self.hindsight_epochs, int) or isinstance(self.hindsight_epochs, bool)
-                or self.hindsight_epochs < 0):
-            fail(f"hindsight_epochs must be an integer >= 0, got {self.hindsight_epochs!r}")
-        if self.hindsight_epochs > MAX_COUNT:
-            fail(f"hindsight_epochs must be at most {MAX_COUNT}, got {self.hindsight_epochs!r}")
-        if (not isinstance(self.hindsight_memory, int) or isinstance(self.hindsight_memory, bool)
-                or self.hindsight_memory < 0):
-            fail(f"hindsight_memory must be an integer >= 0, got {self.hindsight_memory!r}")
-        if self.hindsight_memory > MAX_COUNT:
-            fail(f"hindsight_memory must be at most {MAX_COUNT}, got {self.hindsight_memory!r}")
+        for name in ("hindsight_epochs", "hindsight_memory"):
+            error = integer_error(name, getattr(self, name), 0)
+            if error:
+                fail(error)
         if self.hindsight_memory > 0 and self.hindsight_epochs == 0:
             fail(f"hindsight_memory={self.hindsight_memory} is used by the extra classifier "
                  f"passes only: set hindsight_epochs >= 1")
@@ -488,12 +491,13 @@ class HCAConfig(AlgorithmConfig):
             fail(error)
         hiddens = self.hindsight.get("hiddens")
         if not isinstance(hiddens, (list, tuple)) or any(
-                isinstance(h, bool) or not isinstance(h, int) or not 1 <= h <= MAX_COUNT for h in hiddens):
+                integer_error("", h, 1) for h in hiddens):
             fail(f"hindsight.hiddens must be a list of layer sizes (integers >= 1), got {hiddens!r}")
         if self.hindsight["return_encoding"] == "bins":
             num_bins = self.hindsight["num_bins"]
-            if isinstance(num_bins, bool) or not isinstance(num_bins, int) or not 2 <= num_bins <= MAX_COUNT:
-                fail(f"hindsight.num_bins must be an integer >= 2, got {num_bins!r}")
+            error = integer_error("hindsight.num_bins", num_bins, 2)
+            if error:
+                fail(error)
             bins_range = self.hindsight["bins_range"]
             if (not isinstance(bins_range, (list, tuple)) or len(bins_range) != 2
                     or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and math.isfinite(b)

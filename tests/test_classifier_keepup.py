@@ -50,9 +50,9 @@ INVALID = [
     ("balanced_independent", {"hindsight": {"balanced": True, "parameterization": "independent"}},
      r"hindsight\.balanced=True needs hindsight\.parameterization='policy_relative'"),
     ("memory_negative", {"hindsight_memory": -1, "hindsight_epochs": 1},
-     r"hindsight_memory must be an integer >= 0, got -1"),
+     r"hindsight_memory must be an integer in \[0, 2147483647\], got -1"),
     ("memory_float", {"hindsight_memory": 2.0, "hindsight_epochs": 1},
-     r"hindsight_memory must be an integer >= 0, got 2\.0"),
+     r"hindsight_memory must be an integer in \[0, 2147483647\], got 2\.0"),
     ("memory_without_epochs", {"hindsight_memory": 2, "hindsight_epochs": 0},
      r"hindsight_memory=2 is used by the extra classifier passes only: set hindsight_epochs >= 1"),
 ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 import gymnasium
+import numpy as np
 import pytest
 
 import hca_rllib
@@ -47,8 +48,8 @@ INVALID = [
     ("mix_eta", {"mix_eta": 1.5}, r"mix_eta must be in \[0\.0, 1\.0\]"),
     ("trust_z", {"trust_z": 0.0}, r"trust_z must be in \(0\.0, inf\)"),
     ("trust_decay", {"trust_decay": 1.0}, r"trust_decay must be in \[0\.0, 1\.0\)"),
-    ("hindsight_epochs_neg", {"hindsight_epochs": -1}, r"hindsight_epochs must be an integer >= 0"),
-    ("hindsight_epochs_float", {"hindsight_epochs": 1.5}, r"hindsight_epochs must be an integer >= 0"),
+    ("hindsight_epochs_neg", {"hindsight_epochs": -1}, r"hindsight_epochs must be an integer in \[0, "),
+    ("hindsight_epochs_float", {"hindsight_epochs": 1.5}, r"hindsight_epochs must be an integer in \[0, "),
     ("rmsprop_alpha", {"rmsprop_alpha": 1.0}, r"rmsprop_alpha must be in \(0\.0, 1\.0\)"),
     ("optimizer_eps", {"optimizer_eps": 0.0}, r"optimizer_eps must be in \(0\.0, 1\.0\]"),
     ("hindsight_lr", {"hindsight_lr": 0.0}, r"hindsight_lr must be in \(0\.0, inf\)"),
@@ -70,7 +71,7 @@ INVALID = [
     (
         "num_bins",
         {"hindsight": {"return_encoding": "bins", "num_bins": 1}},
-        r"hindsight\.num_bins must be an integer >= 2",
+        r"hindsight\.num_bins must be an integer in \[2, ",
     ),
     (
         "bins_range",
@@ -396,3 +397,25 @@ def test_credit_mode_without_a_trained_classifier_is_rejected(credit):
     config = HCAConfig().environment("CartPole-v1").training(credit=credit, hindsight_loss_coeff=0.0, hindsight_epochs=0, hindsight_memory=0)
     with pytest.raises(ValueError, match=rf"credit='{credit}' needs a trained classifier: hindsight_loss_coeff must be > 0"):
         config.validate()
+
+
+@pytest.mark.parametrize("value, ok", [
+    (0, True), (5, True), (np.int64(5), True), (np.uint8(3), True), (2**31 - 1, True),
+    (2**31, False), (-1, False), (True, False), (np.bool_(True), False), (5.0, False),
+    (np.float64(5), False), ("5", False), (None, False), (float("nan"), False)])
+def test_integer_error_accepts_every_integral_but_bool(value, ok):
+    from hca_rllib.hca import integer_error
+
+    error = integer_error("hindsight_epochs", value, 0)
+    assert (error is None) == ok, error
+    if not ok:
+        assert error == f"hindsight_epochs must be an integer in [0, 2147483647], got {value!r}"
+
+
+def test_numpy_integers_configure_the_classifier():
+    """One helper checks every count: numpy integers (as from a numpy grid) are counts."""
+    config = HCAConfig().environment("CartPole-v1").training(
+        hindsight_epochs=np.int64(2), hindsight={"hiddens": [np.int64(16)]})
+    config.validate()
+    with pytest.raises(ValueError, match=r"hindsight\.hiddens must be a list of layer sizes"):
+        HCAConfig().environment("CartPole-v1").training(hindsight={"hiddens": [True]}).validate()
