@@ -41,7 +41,7 @@ RETURN_MODES = ("bootstrap", "monte_carlo")
 MAX_COUNT = 2**31 - 1
 MAX_FRAME_STACK = 1024
 # Project fields that are True or False.
-BOOL_FIELDS = ("normalize_advantages", "hca_baseline", "c2a2c_soft", "c2a2c_normalize")
+BOOL_FIELDS = ("normalize_advantages", "hca_baseline", "c2a2c_soft", "c2a2c_normalize", "hindsight_overlap")
 # Fields whose value must be a dict (merged into the current one, or RLlib's).
 DICT_FIELDS = ("hindsight", "env_config", "model_config")
 
@@ -129,6 +129,12 @@ HCA_TRAINING_DEFAULTS: Dict[str, Any] = {
     # real steps: observations, actions, returns and the behaviour policy's logits), one
     # step per pass on the union. Needs hindsight_epochs >= 1 when > 0.
     "hindsight_memory": 0,
+    # Run the extra passes (and the memory's bookkeeping) of each update in a background
+    # thread, overlapping the next `sample()`: they touch only the classifier, which the
+    # EnvRunners do not have, and the Learner waits for them before anything reads its
+    # module again (the next update, get_state, weight syncs), so the numbers are the same
+    # either way. Their loss (`hindsight_loss_extra_passes`) then shows one iteration later.
+    "hindsight_overlap": True,
     # `rmsprop` (A2C's usual, with `rmsprop_alpha`) or `adam`; `optimizer_eps` for both.
     # (Not `optimizer`: that name is RLlib's own optimizer dict.)
     "optimizer_type": "rmsprop",

@@ -9,13 +9,16 @@ skipped, counted under `num_skipped_updates` and warned about.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import logging
-from typing import Any, Deque, Dict
+import threading
+from typing import Any, Deque, Dict, Optional
 
 import torch
 
 from ray.rllib.connectors.learner import AddOneTsToEpisodesAndTruncate
 from ray.rllib.core.columns import Columns
+from ray.rllib.core import COMPONENT_METRICS_LOGGER, COMPONENT_OPTIMIZER
 from ray.rllib.core.learner.learner import ENTROPY_KEY, POLICY_LOSS_KEY, VF_LOSS_KEY
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
@@ -45,10 +48,108 @@ class HCATorchLearner(TorchLearner):
         # module id -> the last `hindsight_memory` batches' real steps (`_remember`); not
         # checkpointed: a restored run refills it within `hindsight_memory` updates.
         self._hindsight_memory: Dict[Any, Deque[Dict[str, torch.Tensor]]] = {}
+        # The behaviour policy's (latent, logits) per module, taken from the gradient
+        # pass of this update (`compute_loss_for_module`), for the extra classifier passes.
+        self._behaviour: Dict[Any, Any] = {}
+        # `hindsight_overlap`: the extra classifier passes of the last update, running in
+        # one background thread while the next batch is sampled (see `_finish_background`).
+        self._background: Optional[concurrent.futures.Future] = None
+        self._background_pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._background_thread_ids: set = set()
+        # Learning rates RLlib's schedule set while the passes ran: applied after them.
+        self._pending_lrs: list = []
+        # The last background passes' losses, for the next update's results.
+        self._unlogged_losses: Dict[Any, torch.Tensor] = {}
+        self._reading_policy = False
+        # Inside `update()`, after this update's passes were started, RLlib reads only its
+        # bookkeeping through `self.module` (module ids, is_stateful): no wait there.
+        self._in_update = False
         if self._learner_connector is not None and self.config.add_default_connectors_to_learner_pipeline:
             self._learner_connector.prepend(AddOneTsToEpisodesAndTruncate())
             for piece in credit_pieces(self.config):
                 self._learner_connector.append(piece)
+
+    # Set in `build` (RLlib's `Learner.__init__` reads `module` before it).
+    _background = None
+    _reading_policy = False
+    _in_update = False
+    _background_thread_ids: set = frozenset()
+
+    @property
+    def module(self):
+        """RLlib's `Learner.module`, once the background classifier passes (if any) have
+        finished: whatever reads or writes the module from outside the update (the
+        next update, `get_state` beyond the policy's weights, `set_state`, tests and
+        analysis code) sees it settled."""
+        if (getattr(self, "_background", None) is not None and not self._in_update
+                and not self._reading_policy and threading.get_ident() not in self._background_thread_ids):
+            self._finish_background()
+        return self._module
+
+    def _finish_background(self) -> None:
+        """Wait for the background classifier passes; re-raise their error, if any.
+        Their losses are logged by the next `_update` (with its results: RLlib keeps only
+        what is logged inside the update loop)."""
+        future, self._background = self._background, None
+        if future is None:
+            return
+        try:
+            self._unlogged_losses.update(future.result())
+        finally:
+            pending, self._pending_lrs = self._pending_lrs, []
+            for optimizer, lr in pending:
+                TorchLearner._set_optimizer_lr(optimizer, lr)
+
+    def _log_extra_pass_losses(self, losses: Dict[Any, torch.Tensor]) -> None:
+        for module_id, loss in losses.items():
+            self.metrics.log_value((module_id, "hindsight_loss_extra_passes"), loss, window=1)
+
+    def _set_optimizer_lr(self, optimizer, lr: float) -> None:
+        """RLlib's, except that the classifier's optimizer gets its scheduled learning
+        rate only after the background passes (which step it) are done, as it would
+        without `hindsight_overlap`."""
+        if self._background is not None and any(
+                optimizer is self._named_optimizers.get(name) for name in self._named_optimizers
+                if name.endswith("_" + HINDSIGHT_OPTIMIZER)):
+            self._pending_lrs.append((optimizer, lr))
+            return
+        TorchLearner._set_optimizer_lr(optimizer, lr)
+
+    def _get_optimizer_lr(self, optimizer) -> float:
+        for pending, lr in reversed(self._pending_lrs):
+            if pending is optimizer:
+                return lr
+        return TorchLearner._get_optimizer_lr(optimizer)
+
+    @override(TorchLearner)
+    def update(self, *args, **kwargs):
+        self._finish_background()
+        self._in_update = True
+        try:
+            return super().update(*args, **kwargs)
+        finally:
+            self._in_update = False
+
+    @override(TorchLearner)
+    def get_state(self, components=None, *, not_components=None, **kwargs):
+        """RLlib's. The weight sync after each update asks for the inference-only
+        module state (the policy: the classifier is not in it), which the background
+        passes do not write: that read does not wait for them; any other does."""
+        policy_only = kwargs.get("inference_only") and not any(
+            self._check_component(c, components, not_components)
+            for c in (COMPONENT_OPTIMIZER, COMPONENT_METRICS_LOGGER))
+        if not policy_only:
+            self._finish_background()
+        self._reading_policy = bool(policy_only)
+        try:
+            return super().get_state(components, not_components=not_components, **kwargs)
+        finally:
+            self._reading_policy = False
+
+    @override(TorchLearner)
+    def set_state(self, *args, **kwargs):
+        self._finish_background()
+        return super().set_state(*args, **kwargs)
 
     @classmethod
     @override(TorchLearner)
@@ -110,6 +211,9 @@ class HCATorchLearner(TorchLearner):
         targets = batch[Postprocessing.VALUE_TARGETS]
         vf_loss = _masked_mean((values - targets) ** 2, mask)
         total = policy_loss + config.vf_loss_coeff * vf_loss - config.entropy_coeff * entropy
+        # The policy before this update's step: what the extra classifier passes fit.
+        self._behaviour[module_id] = (fwd_out[Columns.EMBEDDINGS].detach(),
+                                      fwd_out[Columns.ACTION_DIST_INPUTS].detach())
 
         metrics = {
             POLICY_LOSS_KEY: policy_loss,
@@ -166,17 +270,44 @@ class HCATorchLearner(TorchLearner):
 
     @override(TorchLearner)
     def _update(self, batch: Dict[str, Any]):
+        self._finish_background()
         extra_passes = self.config.uses_hindsight and self.config.hindsight_epochs > 0
-        # The classifier must keep fitting the policy that produced the data, so the
-        # extra passes use the policy as it was before this update.
-        behaviour = self._policy_outputs(batch) if extra_passes else None
         self._last_update_skipped = False
+        self._behaviour = {}
         result = super()._update(batch)
         if extra_passes and not self._last_update_skipped:
-            self._extra_hindsight_passes(batch, behaviour)
-            if self.config.hindsight_memory > 0:
-                self._remember(batch, behaviour)
+            # The classifier must keep fitting the policy that produced the data, so the
+            # extra passes use the policy as it was before this update: the detached
+            # latent and logits of its gradient pass.
+            behaviour = self._behaviour
+            if self.config.hindsight_overlap:
+                if self._background_pool is None:
+                    self._background_pool = concurrent.futures.ThreadPoolExecutor(
+                        max_workers=1, thread_name_prefix="hca-classifier",
+                        initializer=lambda: self._background_thread_ids.add(threading.get_ident()))
+                for name, optimizer in self._named_optimizers.items():
+                    if name.endswith("_" + HINDSIGHT_OPTIMIZER):
+                        for group in optimizer.param_groups:
+                            if torch.is_tensor(group["lr"]):
+                                # RLlib's schedule may update its lr tensor in place
+                                # while the passes run: they keep this update's value.
+                                group["lr"] = group["lr"].clone()
+                self._background = self._background_pool.submit(
+                    self._classifier_passes, batch, behaviour)
+            else:
+                self._log_extra_pass_losses(self._classifier_passes(batch, behaviour))
+        self._behaviour = {}
+        losses, self._unlogged_losses = self._unlogged_losses, {}
+        self._log_extra_pass_losses(losses)
         return result
+
+    def _classifier_passes(self, batch: Dict[str, Any], behaviour: Dict[str, Any]) -> Dict[Any, torch.Tensor]:
+        """The extra passes and the memory of one update (in the background thread under
+        `hindsight_overlap`): the last pass's loss per module."""
+        losses = self._extra_hindsight_passes(batch, behaviour)
+        if self.config.hindsight_memory > 0:
+            self._remember(batch, behaviour)
+        return losses
 
     @torch.no_grad()
     def _remember(self, batch: Dict[str, Any], behaviour: Dict[str, Any]) -> None:
@@ -199,21 +330,17 @@ class HCATorchLearner(TorchLearner):
                 "logits": logits[mask].detach().clone(),
             })
 
-    @torch.no_grad()
-    def _policy_outputs(self, batch: Dict[str, Any]) -> Dict[str, Any]:
-        out = {}
-        for module_id, module_batch in batch.items():
-            module = self.module[module_id].unwrapped()
-            out[module_id] = module.policy_outputs(module_batch[Columns.OBS])
-        return out
-
-    def _extra_hindsight_passes(self, batch: Dict[str, Any], behaviour: Dict[str, Any]) -> None:
+    def _extra_hindsight_passes(self, batch: Dict[str, Any], behaviour: Dict[str, Any]) -> Dict[Any, torch.Tensor]:
         """`hindsight_epochs` more classifier-only steps on the same batch (plus the real
         steps of the last `hindsight_memory` batches, one step on the union per pass),
-        with the same gradient clipping and non-finite check as the main step."""
+        with the same gradient clipping as the main step; a pass whose gradient norm is
+        not finite is not applied and ends the passes. Returns the last pass's loss per
+        module. Touches only the classifier's parameters and optimizer (`self._module`:
+        it may run in the background thread)."""
         distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        losses = {}
         for module_id, module_batch in batch.items():
-            module = self.module[module_id].unwrapped()
+            module = self._module[module_id].unwrapped()
             mask = module_batch[Columns.LOSS_MASK].bool()
             actions = module_batch[Columns.ACTIONS].long().unsqueeze(-1)
             optimizer = self.get_optimizer(module_id, HINDSIGHT_OPTIMIZER)
@@ -245,9 +372,14 @@ class HCATorchLearner(TorchLearner):
                     for grad in grads:
                         torch.distributed.all_reduce(grad)
                         grad /= torch.distributed.get_world_size()
-                if not all(torch.isfinite(g).all() for g in grads):
-                    break
+                # One norm serves the finite check (the norm of gradients with a NaN or
+                # inf is not finite) and the clipping.
                 if self.config.grad_clip:
-                    torch.nn.utils.clip_grad_norm_(params, self.config.grad_clip)
+                    norm = torch.nn.utils.clip_grad_norm_(params, self.config.grad_clip)
+                else:
+                    norm = torch.nn.utils.get_total_norm(grads)
+                if not torch.isfinite(norm):
+                    break
                 optimizer.step()
-                self.metrics.log_value((module_id, "hindsight_loss_extra_passes"), loss.detach(), window=1)
+                losses[module_id] = loss.detach()
+        return losses
