@@ -122,7 +122,10 @@ After the rounds (skip with ``--no-details``):
   batching into a ``MultiAgentBatch``, minibatch iterator, metrics). Inside the
   connector, the no-grad policy/value pass and classifier pass are timed again on their
   own on the same batch (``connector_policy_value``, ``connector_hindsight``). Medians
-  over the repetitions; nothing in the package is changed or patched.
+  over the repetitions; nothing in the package is changed or patched. Written for
+  ``learner_path="rllib"``: on the lean path (the default) the connector row holds only
+  the batch and the bootstrap pass, and ``loss`` includes the credit pieces (see the
+  update profile below for the two paths side by side).
 * **Where sampling time goes**: cProfile of ``--profile-calls`` calls of the local
   EnvRunner's ``sample()`` (one train batch each) of MinAtar A2C (and Atari A2C; also
   ``a2c_rllib``, RLlib's runner, when it is among the methods), after
