@@ -32,6 +32,12 @@ Methods (same names in both settings where they exist):
   run (``a2c`` is whichever is the default).
 * ``hca``, ``c2a2c``, ``mix``: ``HCAConfig`` with that ``credit``, same setting, the
   hindsight classifier trained every iteration (its defaults).
+* ``a2c_rllib_learner``, ``hca_rllib_learner``: ``a2c`` and ``hca`` with
+  ``learners(learner_path="rllib")`` (RLlib's learner connector pieces after
+  ``AddOneTsToEpisodesAndTruncate``, the credit from its own no-grad pass) instead of the
+  default ``"lean"`` (``hca_rllib.connectors.LeanEpisodesToBatch``: real rows only, the
+  bootstrap values from a no-grad pass on the fragment ends, the credit from the
+  gradient pass): the two learner paths in one run, both on the lean sampler.
 * ``ppo_1epoch``: RLlib's PPO (its ``training_step``, learner, loss and GAE connector)
   with ``num_epochs=1`` and one minibatch of the whole batch (one gradient step on the
   same batch as A2C), ``num_env_runners=0``, the same envs, rollout and batch, and the
@@ -116,7 +122,10 @@ After the rounds (skip with ``--no-details``):
   batching into a ``MultiAgentBatch``, minibatch iterator, metrics). Inside the
   connector, the no-grad policy/value pass and classifier pass are timed again on their
   own on the same batch (``connector_policy_value``, ``connector_hindsight``). Medians
-  over the repetitions; nothing in the package is changed or patched.
+  over the repetitions; nothing in the package is changed or patched. Written for
+  ``learner_path="rllib"``: on the lean path (the default) the connector row holds only
+  the batch and the bootstrap pass, and ``loss`` includes the credit pieces (see the
+  update profile below for the two paths side by side).
 * **Where sampling time goes**: cProfile of ``--profile-calls`` calls of the local
   EnvRunner's ``sample()`` (one train batch each) of MinAtar A2C (and Atari A2C; also
   ``a2c_rllib``, RLlib's runner, when it is among the methods), after
@@ -126,6 +135,13 @@ After the rounds (skip with ``--no-details``):
   code); the own time of built-ins and of neutral helpers (numpy, dm-tree, the standard
   library, RLlib's numpy/space utilities) goes to their callers' groups in proportion to
   the time of each call edge. Top functions by own and by cumulative time.
+* **One update on each learner path** (``--update-profile``, with the
+  ``*_rllib_learner`` methods among ``--methods``): for a2c and hca, one algorithm per
+  learner path built with the same seed, warmed up, one train batch of episodes
+  sampled once; then ``--split-reps`` times, alternating the paths, the whole
+  ``learner_group.update(episodes=...)`` on a fresh deep copy, timed; then cProfile of
+  ``--profile-calls`` more updates per path: the functions with the largest cumulative
+  time. Medians and the ratio rllib / lean of the same repetitions.
 * **Projection to a cluster** from the measured numbers (see ``summary.md``).
 
 Reproduce (from the repository root):
@@ -180,12 +196,14 @@ SETTINGS: Dict[str, Dict[str, Any]] = {
                              "C++ vector env, 4 stacked frames, Nature CNN"},
 }
 METHODS: Dict[str, Tuple[str, ...]] = {
-    "minatar": ("a2c", "a2c_lean", "a2c_rllib", "hca", "c2a2c", "mix", "ppo_1epoch",
-                "ppo_1epoch_rllib_module", "sb3_a2c", "sb3_a2c_mlp", "a2c_runners1",
-                "a2c_runners2"),
-    "atari": ("a2c", "a2c_lean", "a2c_rllib", "hca", "c2a2c", "mix", "ppo_1epoch", "sb3_a2c",
-              "a2c_runners1", "a2c_runners2"),
+    "minatar": ("a2c", "a2c_lean", "a2c_rllib", "a2c_rllib_learner", "hca", "hca_rllib_learner",
+                "c2a2c", "mix", "ppo_1epoch", "ppo_1epoch_rllib_module", "sb3_a2c", "sb3_a2c_mlp",
+                "a2c_runners1", "a2c_runners2"),
+    "atari": ("a2c", "a2c_lean", "a2c_rllib", "a2c_rllib_learner", "hca", "hca_rllib_learner",
+              "c2a2c", "mix", "ppo_1epoch", "sb3_a2c", "a2c_runners1", "a2c_runners2"),
 }
+# The methods on RLlib's learner path, and the method each is the counterpart of.
+RLLIB_LEARNER_SUFFIX = "_rllib_learner"
 ALL_METHODS = tuple(dict.fromkeys(METHODS["minatar"] + METHODS["atari"]))
 QUICK_METHODS = {"minatar": ("a2c", "hca", "ppo_1epoch", "sb3_a2c", "a2c_runners1"),
                  "atari": ("a2c", "hca", "ppo_1epoch", "sb3_a2c")}
@@ -195,7 +213,9 @@ LABELS = {
     "a2c": "A2C (hca_rllib), 0 remote runners, the default sampler",
     "a2c_lean": "A2C, sampler='lean' (hca_rllib's LeanEnvRunner)",
     "a2c_rllib": "A2C, sampler='rllib' (RLlib's SingleAgentEnvRunner)",
+    "a2c_rllib_learner": "A2C, learner_path='rllib' (RLlib's learner connector pieces)",
     "hca": "HCA credit=hca",
+    "hca_rllib_learner": "HCA credit=hca, learner_path='rllib'",
     "c2a2c": "HCA credit=c2a2c",
     "mix": "HCA credit=mix",
     "ppo_1epoch": "RLlib PPO, 1 epoch, 1 minibatch, same network (our RLModule)",
@@ -256,6 +276,9 @@ def ours_config(env: str, method: str, quick: bool = False):
     import hca_rllib  # noqa: F401  (registers the env ids)
     from hca_rllib import A2CConfig, HCAConfig
 
+    learner_path = None
+    if method.endswith(RLLIB_LEARNER_SUFFIX):
+        method, learner_path = method[:-len(RLLIB_LEARNER_SUFFIX)], "rllib"
     runners = int(method[-1]) if method.startswith("a2c_runners") else 0
     credit = method if method in HINDSIGHT_CREDIT_MODES else None
     sampler = {"a2c_lean": "lean", "a2c_rllib": "rllib"}.get(method)
@@ -276,6 +299,8 @@ def ours_config(env: str, method: str, quick: bool = False):
         config = config.env_runners(num_cpus_per_env_runner=0.5)
     if sampler:
         config = config.env_runners(sampler=sampler)
+    if learner_path:
+        config = config.learners(learner_path=learner_path)
     return config
 
 
@@ -652,6 +677,56 @@ def learner_split(env: str, method: str, reps: int, quick: bool) -> Dict[str, An
             "whole_ms_rounds": [1000 * v for v in times["whole"]]}
 
 
+def update_profile(env: str, method: str, reps: int, calls: int, quick: bool) -> Dict[str, Any]:
+    """One learner update on each learner path, same episodes (see the module docstring)."""
+    import cProfile
+    import pstats
+
+    from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
+
+    paths = {"lean": method, "rllib": method + RLLIB_LEARNER_SUFFIX}
+    algos = {path: ours_config(env, m, quick).debugging(seed=0).build_algo() for path, m in paths.items()}
+    try:
+        for algo in algos.values():
+            for _ in range(SETTINGS[env]["warmup_iters"]):
+                algo.train()
+        episodes = algos["lean"].env_runner.sample()
+        n_steps = sum(len(e) for e in episodes)
+        times: Dict[str, List[float]] = {path: [] for path in paths}
+        clock = time.perf_counter
+
+        def update(path: str, rep: int) -> None:
+            algos[path].learner_group.update(episodes=copy.deepcopy(episodes), timesteps={
+                NUM_ENV_STEPS_SAMPLED_LIFETIME: (rep + 1) * n_steps})
+
+        for rep in range(reps + 1):  # the first repetition is a warm-up, not kept
+            for path in (paths if rep % 2 == 0 else list(paths)[::-1]):
+                t0 = clock()
+                update(path, rep)
+                if rep:
+                    times[path].append(clock() - t0)
+        top: Dict[str, List[Dict[str, Any]]] = {}
+        for path in paths:
+            profiler = cProfile.Profile()
+            profiler.enable()
+            for rep in range(calls):
+                update(path, reps + 1 + rep)
+            profiler.disable()
+            stats = pstats.Stats(profiler).stats
+            rows = sorted(((_func_name(f), v[3] / calls, v[2] / calls) for f, v in stats.items()),
+                          key=lambda r: -r[1])
+            top[path] = [{"function": name, "cum_ms": 1000 * cum, "own_ms": 1000 * own}
+                         for name, cum, own in rows[:200]]
+    finally:
+        for algo in algos.values():
+            algo.stop()
+    ms = {path: 1000 * statistics.median(v) for path, v in times.items()}
+    per_rep = [b / a for a, b in zip(times["lean"], times["rllib"])]
+    return {"env": env, "method": method, "reps": reps, "profiled_calls": calls,
+            "batch_env_steps": n_steps, "ms_median": ms,
+            "ratio_rllib_to_lean_median": statistics.median(per_rep), "top": top}
+
+
 # ------------------------------------------------------------------- sampling profile
 
 
@@ -876,6 +951,10 @@ def targets(data: Dict[str, Any]) -> List[Dict[str, Any]]:
             "ppo_1epoch")
         add("lean sampler >= RLlib's (A2C, 0 runners)", "a2c_lean / a2c_rllib", "a2c_lean",
             "a2c_rllib")
+        add("lean learner path >= RLlib's (A2C)", "a2c / a2c_rllib_learner", "a2c",
+            "a2c_rllib_learner")
+        add("lean learner path >= RLlib's (HCA)", "hca / hca_rllib_learner", "hca",
+            "hca_rllib_learner")
         lean_target = 1.5 if env == "minatar" else 1.0  # issue 12, per CPU-second
         add(f"A2C lean >= {lean_target} x SB3 A2C (same network; issue 12, per CPU-second)",
             "a2c_lean / SB3", "a2c_lean", "sb3_a2c", lean_target)
@@ -1066,6 +1145,39 @@ def _profile_section(profile: Dict[str, Any]) -> List[str]:
     return lines
 
 
+# Functions of the update profile shown in the summary, by the part of the update.
+UPDATE_PROFILE_FUNCTIONS = (
+    ("learner connector pipeline", "learner_connector_pipeline.py", "__call__"),
+    ("the credit pieces (no-grad policy/value pass, classifier, credit)", "hca_rllib/connectors.py", "run"),
+    ("module.forward_train (with gradient)", "torch_rl_module.py", "forward_train"),
+    ("compute_losses (lean: with the credit)", "learner/learner.py", "compute_losses"),
+    ("compute_gradients (backward)", "torch_learner.py", "compute_gradients"),
+    ("apply_gradients (finite check, optimizer step)", "hca_rllib/learner.py", "apply_gradients"),
+)
+
+
+def _update_profile_section(profile: Dict[str, Any]) -> List[str]:
+    ms = profile["ms_median"]
+    lines = [f"## One learner update on each path: {profile['env']} `{profile['method']}`", "",
+             f"Whole `learner_group.update` on the same {profile['batch_env_steps']} env steps, "
+             f"median of {profile['reps']} alternating repetitions: lean {ms['lean']:.1f} ms, "
+             f"rllib {ms['rllib']:.1f} ms, ratio rllib / lean "
+             f"{profile['ratio_rllib_to_lean_median']:.2f} (median of the per-repetition ratios). "
+             f"cProfile of {profile['profiled_calls']} more updates per path (ms per update, "
+             "cumulative; the profiler's overhead inflates both):", "",
+             "| part | lean | rllib |", "|---|---|---|"]
+
+    def find(path: str, file: str, name: str) -> Optional[float]:
+        hits = [r["cum_ms"] for r in profile["top"][path]
+                if r["function"].split(":")[0].endswith(file) and r["function"].endswith(f"({name})")]
+        return max(hits) if hits else None
+
+    for label, file, name in UPDATE_PROFILE_FUNCTIONS:
+        lines.append(f"| {label} | {fmt(find('lean', file, name), '.1f')} "
+                     f"| {fmt(find('rllib', file, name), '.1f')} |")
+    return lines
+
+
 def _projection_section(data: Dict[str, Any]) -> List[str]:
     lines: List[str] = []
     for env in ENVS:
@@ -1188,6 +1300,8 @@ def write_summary(out: Path, data: Dict[str, Any]) -> str:
         lines += ["## Where sampling time goes", ""]
         for profile in profiles:
             lines += _profile_section(profile) + [""]
+    for profile in data.get("update_profile") or []:
+        lines += _update_profile_section(profile) + [""]
     lines += ["## Scaling with EnvRunners on this machine", "",
               "| setting | remote EnvRunners | batch | steps/s | ratio to 0 runners "
               "| steps per CPU-s (driver + runners) | its ratio "
@@ -1247,6 +1361,8 @@ def main(argv: Optional[List[str]] = None) -> None:
                         help="sample() calls profiled (20; --quick 3)")
     parser.add_argument("--no-details", action="store_true",
                         help="skip the learner split, the profile and the idle-actor RSS")
+    parser.add_argument("--update-profile", action="store_true",
+                        help="with --no-details: still time and profile one update per learner path")
     parser.add_argument("--quick", action="store_true", help="smoke test")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--report-only", action="store_true",
@@ -1279,7 +1395,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     torch.set_num_threads(1)
     ray.init(**RAY_INIT_KWARGS)
     rounds: List[Dict[str, Dict[str, Dict[str, Any]]]] = []
-    details: Dict[str, Any] = {"learner_split": [], "profile": []}
+    details: Dict[str, Any] = {"learner_split": [], "profile": [], "update_profile": []}
     try:
         for k in range(n_rounds):
             this: Dict[str, Dict[str, Dict[str, Any]]] = {}
@@ -1294,6 +1410,15 @@ def main(argv: Optional[List[str]] = None) -> None:
                     print(f"round {k} {env:7s} {method:24s} {m['steps_per_s']:8.0f} steps/s "
                           f"({m['iterations']} iters, setup {m['setup_s']:.1f} s, cpu/wall "
                           f"{m['cpu_per_wall']:.2f}, load {m['load1_before']})", flush=True)
+        if args.update_profile or not args.no_details:
+            for env in envs:
+                for method in ("a2c", "hca"):
+                    if method + RLLIB_LEARNER_SUFFIX not in plan[env] and args.no_details:
+                        continue
+                    prof = update_profile(env, method, split_reps, profile_calls, quick)
+                    details["update_profile"].append(prof)
+                    print(f"update {env} {method}: {prof['ms_median']} ms, rllib / lean "
+                          f"{prof['ratio_rllib_to_lean_median']:.2f}", flush=True)
         if not args.no_details:
             details["idle_actor_rss"] = idle_actor_rss()
             for env in envs:

@@ -9,6 +9,15 @@
    weights `W[t, a]` of the credit mode (`credit.credit_weights`).
 4. `NormalizeCreditWeights` (only with `normalize_advantages`).
 
+On the lean learner path (`learner_path="lean"`, the default) one piece,
+`LeanEpisodesToBatch`, replaces RLlib's episode-to-batch pieces: it concatenates the
+episodes' real steps into tensors (no artificial rows) and gets the bootstrap values
+from one small no-grad pass on the observations after each cut (`BOOTSTRAP_VALUES`).
+The same pieces 1-4 then run in the Learner (`HCATorchLearner`), on the outputs of its
+gradient pass, detached, when the batch gets one gradient step (A2C's update), or on a
+no-grad pass before the update otherwise (several epochs or minibatches, or several
+learners), as here.
+
 The pieces of one pipeline call share one `CreditState` per module, under
 `shared_data[CREDIT_STATE]`. The classifier is evaluated, without gradient, on a batch it
 has never trained on: its diagnostics and the trust built on them are held-out by
@@ -21,12 +30,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, List, Optional
 
+import numpy as np
 import torch
 
 from ray.rllib.connectors.connector_v2 import ConnectorV2
+from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.columns import Columns
 from ray.rllib.evaluation.postprocessing import Postprocessing
 from ray.rllib.utils.annotations import override
+from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 from ray.rllib.utils.typing import EpisodeType
 
 from hca_rllib import credit
@@ -34,6 +46,14 @@ from hca_rllib.module import CREDIT_WEIGHTS, RETURNS
 
 # Key of the per-module `CreditState`s in the pipeline's `shared_data`.
 CREDIT_STATE = "hca_credit_state"
+# The learner paths (`HCAConfig.learners(learner_path=...)`): "lean" (`LeanEpisodesToBatch`,
+# credit from the gradient pass where the maths allows) or "rllib" (RLlib's pieces after
+# `AddOneTsToEpisodesAndTruncate`, credit in the connector); docs/method.md, section 3.4.
+LEARNER_PATHS = ("lean", "rllib")
+DEFAULT_LEARNER_PATH = "lean"
+# Lean layout: V(s_{t+1}) on the last step of a chunk that was cut (not terminated), 0
+# elsewhere; its presence marks a batch in the lean layout.
+BOOTSTRAP_VALUES = "hca_bootstrap_values"
 
 
 def _num_learners() -> int:
@@ -66,6 +86,13 @@ class CreditState:
     log_pi_taken: Optional[torch.Tensor] = None
     log_q_taken: Optional[torch.Tensor] = None
     hindsight_logits: Optional[torch.Tensor] = None
+    # Lean layout: the chunk of every row (None: `credit.chunk_ids(mask)`, RLlib's layout).
+    chunks: Optional[torch.Tensor] = None
+    # Credit from the Learner's gradient pass: its latent and logits (with gradient), for
+    # the classifier's forward with gradient, kept in `hindsight_logits_grad`.
+    grad_latent: Optional[torch.Tensor] = None
+    grad_logits: Optional[torch.Tensor] = None
+    hindsight_logits_grad: Optional[torch.Tensor] = None
     # False when the batch's returns, values or classifier outputs are not finite: the
     # running statistics and the trust are then left as they were.
     finite: bool = True
@@ -93,13 +120,16 @@ class _CreditPiece(ConnectorV2):
     ):
         states = (shared_data if shared_data is not None else {}).setdefault(CREDIT_STATE, {})
         for module_id, module_batch in batch.items():
-            module = rl_module[module_id].unwrapped()
-            with torch.no_grad():
-                diagnostics = self._process(module, module_batch, states, module_id)
-            if metrics is not None:
-                for key, value in (diagnostics or {}).items():
-                    metrics.log_value((module_id, key), float(value), window=1)
+            self.run(rl_module[module_id].unwrapped(), module_batch, states, module_id, metrics)
         return batch
+
+    def run(self, module, module_batch, states, module_id, metrics=None) -> None:
+        """This piece on one module's batch, without gradient; diagnostics to `metrics`."""
+        with torch.no_grad():
+            diagnostics = self._process(module, module_batch, states, module_id)
+        if metrics is not None:
+            for key, value in (diagnostics or {}).items():
+                metrics.log_value((module_id, key), float(value), window=1)
 
     def _process(self, module, b, states, module_id) -> Optional[Dict[str, Any]]:
         raise NotImplementedError
@@ -118,26 +148,39 @@ class ComputeReturnsAndAdvantages(_CreditPiece):
     forward pass of the policy and value heads."""
 
     def _process(self, module, b, states, module_id):
-        config = self.config
         obs = b[Columns.OBS]
+        latent, logits = module.policy_outputs(obs)
+        values = module.compute_values({Columns.OBS: obs}, latent)
+        states[module_id] = self.from_outputs(b, latent, logits, values)
+        return None
+
+    def from_outputs(self, b, latent, logits, values) -> CreditState:
+        """The returns, GAE and value targets (into `b`) from the policy's latent and
+        logits and the values of `b`'s rows, in either layout."""
+        config = self.config
         mask = b[Columns.LOSS_MASK].bool()
         rewards = b[Columns.REWARDS]
         terminateds, truncateds = b[Columns.TERMINATEDS], b[Columns.TRUNCATEDS]
-        latent, logits = module.policy_outputs(obs)
-        values = module.compute_values({Columns.OBS: obs}, latent)
         # Both modes bootstrap where an episode was cut without a terminal state. In
         # `monte_carlo` mode batches hold complete episodes (validated), so that happens
         # only at the environment's time limit, and the value targets are the returns.
-        returns = credit.discounted_returns(rewards, values, terminateds, truncateds, config.gamma)
-        gae = credit.gae_advantages(rewards, values, terminateds, truncateds, config.gamma, config.lambda_)
+        chunks = None
+        if BOOTSTRAP_VALUES in b:  # lean layout: real rows only
+            next_values = credit.next_values(values, b[BOOTSTRAP_VALUES], terminateds, truncateds)
+            returns = credit.returns_from_next_values(rewards, next_values, terminateds, truncateds, config.gamma)
+            gae = credit.gae_from_next_values(rewards, values, next_values, terminateds, truncateds,
+                                              config.gamma, config.lambda_)
+            chunks = credit.chunk_ids_from_ends(terminateds, truncateds)
+        else:
+            returns = credit.discounted_returns(rewards, values, terminateds, truncateds, config.gamma)
+            gae = credit.gae_advantages(rewards, values, terminateds, truncateds, config.gamma, config.lambda_)
         b[Postprocessing.VALUE_TARGETS] = returns if config.return_mode == "monte_carlo" else gae + values
         b[Postprocessing.ADVANTAGES] = gae
-        states[module_id] = CreditState(
+        return CreditState(
             mask=mask, actions=b[Columns.ACTIONS].long(), policy_logits=logits,
             log_pi_all=torch.log_softmax(logits, dim=-1), values=values, returns=returns, gae=gae,
-            policy_latent=latent,
+            policy_latent=latent, chunks=chunks,
         )
-        return None
 
 
 class ComputeHindsightLogProbs(_CreditPiece):
@@ -150,7 +193,15 @@ class ComputeHindsightLogProbs(_CreditPiece):
         s = self._state(states, module_id)
         obs = b[Columns.OBS]
         s.finite = self._update_return_statistics(module, s.returns[s.mask], s.values[s.mask])
-        s.hindsight_logits = module.hindsight_logits(obs, s.policy_latent, s.policy_logits, s.returns)
+        if s.grad_latent is not None:
+            # Credit from the Learner's gradient pass: the classifier's forward with
+            # gradient, after the statistics update (as in the module's forward_train),
+            # before any training on this batch: held-out all the same.
+            with torch.enable_grad():
+                s.hindsight_logits_grad = module.hindsight_logits(obs, s.grad_latent, s.grad_logits, s.returns)
+            s.hindsight_logits = s.hindsight_logits_grad.detach()
+        else:
+            s.hindsight_logits = module.hindsight_logits(obs, s.policy_latent, s.policy_logits, s.returns)
         s.log_q_all = torch.log_softmax(s.hindsight_logits, dim=-1)
         s.log_pi_taken = log_pi = s.log_pi_all.gather(-1, s.actions.unsqueeze(-1)).squeeze(-1)
         s.log_q_taken = log_q = s.log_q_all.gather(-1, s.actions.unsqueeze(-1)).squeeze(-1)
@@ -234,7 +285,8 @@ class ComputeCreditWeights(_CreditPiece):
             return trust, 1.0
         bins = credit.evidence_bins(pi_probs, q_probs, config.trust_bins)
         num_bins = len(config.trust_bins) + 1
-        evidence = credit.calibration_evidence(s.actions, pi_probs, q_probs, s.mask, bins=bins, num_bins=num_bins)
+        evidence = credit.calibration_evidence(s.actions, pi_probs, q_probs, s.mask, chunks=s.chunks,
+                                               bins=bins, num_bins=num_bins)
         # The trust applied to this batch comes from the batches before it: evidence that
         # includes this batch would favour a noise classifier exactly where its deviations
         # happen to point at this batch's actions. This batch's evidence serves the next.
@@ -330,3 +382,77 @@ def credit_pieces(config) -> List[ConnectorV2]:
     if config.normalize_advantages:
         pieces.append(NormalizeCreditWeights(config=config))
     return pieces
+
+
+class LeanEpisodesToBatch(ConnectorV2):
+    """`learner_path="lean"`: the whole learner connector before the credit pieces.
+
+    Concatenates the episode chunks' real steps into tensors in one pass: observations
+    (with `num_frames` frames stacked as RLlib's `FrameStackingLearner` stacks them,
+    zeros before an episode's first frame), actions, rewards, `terminateds`/`truncateds`
+    on each chunk's last step as RLlib's `AddOneTsToEpisodesAndTruncate` sets them, an
+    all-True `LOSS_MASK` and the sampler's `weights_seq_no`. No artificial rows: the
+    values of the observations after the cut chunks come from one no-grad value pass on
+    those observations only, into `BOOTSTRAP_VALUES` on each cut chunk's last step. The
+    episodes are read, not changed. Single-agent (validated).
+    """
+
+    def __init__(self, input_observation_space=None, input_action_space=None, *, num_frames: int = 1,
+                 device=None):
+        super().__init__(input_observation_space, input_action_space)
+        self.num_frames = int(num_frames)
+        self.device = device
+
+    def _observations(self, episode) -> np.ndarray:
+        """The `len(episode) + 1` (stacked) observations of a chunk, the last one being
+        the observation after its last step."""
+        length, k = len(episode), self.num_frames
+        if k == 1:
+            return np.asarray(episode.get_observations(slice(0, length + 1)))
+        frames = np.asarray(episode.get_observations(
+            indices=slice(-k + 1, length + 1), neg_index_as_lookback=True, fill=0.0))
+        frames = np.squeeze(frames, axis=-1)
+        view = np.lib.stride_tricks.as_strided(
+            frames, shape=(length + 1, k) + frames.shape[1:], strides=(frames.strides[0],) + frames.strides)
+        return np.transpose(view, axes=[0, 2, 3, 1])
+
+    @override(ConnectorV2)
+    def __call__(self, *, rl_module, batch, episodes, shared_data=None, metrics=None, **kwargs):
+        episodes = [e for e in episodes if len(e) > 0]
+        if not episodes:
+            return batch
+        observations = [self._observations(e) for e in episodes]
+        lengths = np.array([len(e) for e in episodes])
+        ends = np.cumsum(lengths) - 1
+        terminated = np.array([bool(e.is_terminated) for e in episodes])
+        n = int(lengths.sum())
+        terminateds = np.zeros(n, dtype=bool)
+        truncateds = np.zeros(n, dtype=bool)
+        terminateds[ends[terminated]] = True
+        truncateds[ends[~terminated]] = True
+
+        def tensor(array):
+            return torch.from_numpy(np.ascontiguousarray(array)).to(self.device)
+
+        module_batch = {
+            Columns.OBS: tensor(np.concatenate([o[:-1] for o in observations])),
+            Columns.ACTIONS: tensor(np.concatenate([np.asarray(e.get_actions()) for e in episodes])),
+            Columns.REWARDS: tensor(np.concatenate([np.asarray(e.get_rewards(), np.float32) for e in episodes])),
+            Columns.TERMINATEDS: tensor(terminateds),
+            Columns.TRUNCATEDS: tensor(truncateds),
+            Columns.LOSS_MASK: torch.ones(n, dtype=torch.bool, device=self.device),
+        }
+        if all(WEIGHTS_SEQ_NO in e.extra_model_outputs for e in episodes):
+            module_batch[WEIGHTS_SEQ_NO] = tensor(np.concatenate(
+                [np.asarray(e.get_extra_model_outputs(WEIGHTS_SEQ_NO)) for e in episodes]))
+        bootstrap = torch.zeros(n, dtype=torch.float32, device=self.device)
+        cut = np.flatnonzero(~terminated)
+        if len(cut):
+            module = rl_module[DEFAULT_MODULE_ID].unwrapped()
+            last_obs = tensor(np.stack([observations[i][-1] for i in cut]))
+            with torch.no_grad():
+                values = module.compute_values({Columns.OBS: last_obs})
+            bootstrap[tensor(ends[cut])] = values.to(bootstrap.dtype)
+        module_batch[BOOTSTRAP_VALUES] = bootstrap
+        batch[DEFAULT_MODULE_ID] = module_batch
+        return batch

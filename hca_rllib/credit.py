@@ -15,6 +15,13 @@ chunk's last observation. For every row `t`:
   terminate (rollout fragment end or time limit): the return is bootstrapped
   with `values[t + 1]`, the value of the artificial step.
 - The artificial steps carry garbage returns/advantages; the loss masks them.
+
+The lean learner path (`learner_path="lean"`) has no artificial rows: only real steps,
+with the same `terminateds`/`truncateds` on each chunk's last step, and the value of the
+observation after a cut as a separate `bootstrap_values[t]` (0 elsewhere). The
+`*_from_next_values` functions take `next_values[t] = V(s_{t+1})` directly
+(`next_values` builds it for either layout), `chunk_ids_from_ends` numbers its chunks;
+`discounted_returns` and `gae_advantages` are the same recursions on RLlib's layout.
 """
 
 from __future__ import annotations
@@ -65,9 +72,17 @@ def discounted_returns(
     `Z_t = r_t + gamma * Z_{t+1}` inside a chunk; `Z_t = r_t + gamma * V(s_{t+1})`
     on a truncated last step; `Z_t = r_t` on a terminal last step. Pass
     `values` as a tensor of zeros for pure Monte Carlo returns (no bootstrap).
+    RLlib's layout: `V(s_{t+1})` of a truncated step is `values[t + 1]`.
     """
-    r = _as_numpy(rewards).astype(np.float64)
     v = _as_numpy(values).astype(np.float64)
+    return returns_from_next_values(rewards, np.append(v[1:], 0.0), terminateds, truncateds, gamma)
+
+
+def returns_from_next_values(rewards, next_values, terminateds, truncateds, gamma: float) -> torch.Tensor:
+    """`discounted_returns` with `next_values[t] = V(s_{t+1})` given (read only on
+    truncated steps): the lean layout's form."""
+    r = _as_numpy(rewards).astype(np.float64)
+    nv = _as_numpy(next_values).astype(np.float64)
     term = _as_numpy(terminateds).astype(bool)
     trunc = _as_numpy(truncateds).astype(bool)
     out = np.empty_like(r)
@@ -76,7 +91,7 @@ def discounted_returns(
         if term[t]:
             running = r[t]
         elif trunc[t]:
-            running = r[t] + gamma * v[t + 1]
+            running = r[t] + gamma * nv[t]
         else:
             running = r[t] + gamma * running
         out[t] = running
@@ -95,14 +110,22 @@ def gae_advantages(
 
     `delta_t = r_t + gamma * (1 - terminated_t) * V(s_{t+1}) - V(s_t)` and
     `A_t = delta_t + gamma * lambda * A_{t+1}` within a chunk. With `lambda_ = 1`
-    this is the n-step A2C advantage `Z_t - V(s_t)`.
+    this is the n-step A2C advantage `Z_t - V(s_t)`. RLlib's layout:
+    `V(s_{t+1}) = values[t + 1]`.
     """
+    v = _as_numpy(values).astype(np.float64)
+    return gae_from_next_values(rewards, v, np.append(v[1:], 0.0), terminateds, truncateds, gamma, lambda_)
+
+
+def gae_from_next_values(rewards, values, next_values, terminateds, truncateds, gamma: float,
+                         lambda_: float) -> torch.Tensor:
+    """`gae_advantages` with `next_values[t] = V(s_{t+1})` given: the lean layout's form."""
     r = _as_numpy(rewards).astype(np.float64)
     v = _as_numpy(values).astype(np.float64)
+    nv = _as_numpy(next_values).astype(np.float64)
     term = _as_numpy(terminateds).astype(bool)
     trunc = _as_numpy(truncateds).astype(bool)
-    next_v = np.append(v[1:], 0.0)
-    deltas = r + gamma * (~term) * next_v - v
+    deltas = r + gamma * (~term) * nv - v
     propagate = ~(term | trunc)
     out = np.empty_like(r)
     running = 0.0
@@ -111,6 +134,22 @@ def gae_advantages(
         running = deltas[t] + (decay * running if propagate[t] else 0.0)
         out[t] = running
     return _like(out, rewards)
+
+
+def next_values(values: torch.Tensor, bootstrap_values: torch.Tensor, terminateds: torch.Tensor,
+                truncateds: torch.Tensor) -> torch.Tensor:
+    """`V(s_{t+1})` per real step of the lean layout: the next row's value inside a chunk,
+    `bootstrap_values[t]` on a chunk's last step (0 there after a terminal state)."""
+    ends = terminateds.bool() | truncateds.bool()
+    shifted = torch.cat([values[1:], values.new_zeros(1)])
+    return torch.where(ends, bootstrap_values.to(values.dtype), shifted)
+
+
+def chunk_ids_from_ends(terminateds: torch.Tensor, truncateds: torch.Tensor) -> torch.Tensor:
+    """Index of the episode chunk of every row of the lean layout, where each chunk's
+    last row is terminated or truncated (`chunk_ids` for RLlib's layout)."""
+    ends = (terminateds.bool() | truncateds.bool()).long()
+    return torch.cumsum(ends, 0) - ends
 
 
 def hindsight_ratio(log_pi_taken: torch.Tensor, log_q_taken: torch.Tensor) -> torch.Tensor:

@@ -30,6 +30,7 @@ from ray.rllib.connectors.learner.frame_stacking import FrameStackingLearner
 from ray.rllib.utils import force_list
 
 from hca_rllib.callbacks import GameScoreCallback
+from hca_rllib.connectors import DEFAULT_LEARNER_PATH, LEARNER_PATHS, LeanEpisodesToBatch
 from hca_rllib.credit import CALIBRATIONS, CREDIT_MODES, HINDSIGHT_CREDIT_MODES, TRUST_MODES
 from hca_rllib.env_runner import DEFAULT_SAMPLER, SAMPLERS, LeanEnvRunner, unsupported_callbacks
 from hca_rllib.envs.resolver import EnvResolutionError, env_family, resolve_env
@@ -204,6 +205,20 @@ class HCAConfig(AlgorithmConfig):
         # installed through RLlib's `env_runner_cls` hook) or "rllib" (RLlib's
         # SingleAgentEnvRunner with its connector pipelines); docs/method.md, "Sampling".
         self.sampler = DEFAULT_SAMPLER
+        # The learner's path from episodes to the update: "lean" (one concatenating
+        # connector piece, no artificial bootstrap rows, the credit from the gradient
+        # pass when the batch gets one gradient step) or "rllib" (RLlib's learner
+        # connector pieces after AddOneTsToEpisodesAndTruncate, credit from a no-grad
+        # pass); docs/method.md, section 3.4.
+        self.learner_path = DEFAULT_LEARNER_PATH
+
+    @override(AlgorithmConfig)
+    def learners(self, *, learner_path=NotProvided, **kwargs) -> "HCAConfig":
+        """RLlib's Learner settings; `learner_path`: "lean" or "rllib" (see `LEARNER_PATHS`)."""
+        super().learners(**kwargs)
+        if learner_path is not NotProvided:
+            self.learner_path = learner_path
+        return self
 
     @override(AlgorithmConfig)
     def env_runners(self, *, sampler=NotProvided, **kwargs) -> "HCAConfig":
@@ -246,8 +261,22 @@ class HCAConfig(AlgorithmConfig):
             pipeline.prepend(FrameStackingEnvToModule(num_frames=self.resolved_frame_stack))
         return pipeline
 
+    @property
+    def uses_lean_learner(self) -> bool:
+        """Whether the Learner takes the lean path (`learner_path="lean"` with RLlib's
+        default pieces wanted: `add_default_connectors_to_learner_pipeline`)."""
+        return self.learner_path == "lean" and self.add_default_connectors_to_learner_pipeline
+
     @override(AlgorithmConfig)
     def build_learner_connector(self, input_observation_space, input_action_space, device=None):
+        if self.uses_lean_learner:
+            from ray.rllib.connectors.learner import LearnerConnectorPipeline
+
+            return LearnerConnectorPipeline(
+                connectors=[LeanEpisodesToBatch(num_frames=self.resolved_frame_stack, device=device)],
+                input_observation_space=input_observation_space,
+                input_action_space=input_action_space,
+            )
         pipeline = super().build_learner_connector(input_observation_space, input_action_space, device)
         if self.resolved_frame_stack > 1:
             pipeline.prepend(FrameStackingLearner(num_frames=self.resolved_frame_stack))
@@ -334,6 +363,7 @@ class HCAConfig(AlgorithmConfig):
         self._validate_hca()
         self._validate_env()
         self._validate_sampler()
+        self._validate_learner_path()
 
     def _validate_rllib_fields(self) -> None:
         """Types and ranges of the RLlib fields users set (`--set`, `update_from_dict`),
@@ -407,6 +437,17 @@ class HCAConfig(AlgorithmConfig):
             self.env_runner_cls = LeanEnvRunner
         elif self.env_runner_cls is LeanEnvRunner:
             self.env_runner_cls = None
+
+    def _validate_learner_path(self) -> None:
+        """Check `learner_path`; the lean path builds the whole train batch itself."""
+        if self.learner_path not in LEARNER_PATHS:
+            self._value_error(f"learner_path must be one of {list(LEARNER_PATHS)}, got {self.learner_path!r}")
+        if self.learner_path == "lean":
+            if self._learner_connector is not None:
+                self._value_error("learner_path='lean' runs no user learner connectors "
+                                  "(learners(learner_connector=...)): use learner_path='rllib'")
+            if self.is_multi_agent:
+                self._value_error("learner_path='lean' is single-agent: use learner_path='rllib'")
 
     def _validate_env(self) -> None:
         """Check the environment before any worker starts (unknown id, missing extra,

@@ -4,6 +4,20 @@ bonus, all as means over the real (unmasked) steps.
 
 An update whose loss or gradients are not finite never reaches the weights: it is
 skipped, counted under `num_skipped_updates` and warned about.
+
+The credit (returns, GAE, value targets, classifier diagnostics, trust, `W`) is fixed
+before the loss differentiates anything. `learner_path="rllib"`: RLlib's connector
+pieces after `AddOneTsToEpisodesAndTruncate`, with the credit pieces' own no-grad pass.
+`learner_path="lean"` (`connectors.LeanEpisodesToBatch`): when the batch gets one
+gradient step (one epoch, no minibatches, one learner: A2C's `training_step`), the
+no-grad pass would see the same weights and inputs as the gradient pass, so the credit
+pieces run on the gradient pass's outputs, detached, inside `compute_loss_for_module`
+(`_credit_from_train_pass`); the classifier's forward with gradient comes after its
+statistics update there and before any step on the batch, so its diagnostics stay
+held-out. Otherwise (several epochs or minibatches: the weights change between steps;
+several learners: DDP must see every differentiated parameter in its one forward call)
+the credit pieces run on a no-grad pass over the whole batch before the first step
+(`_make_batch_if_necessary`), as on RLlib's path.
 """
 
 from __future__ import annotations
@@ -11,6 +25,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import logging
+import math
 import threading
 from typing import Any, Deque, Dict, Optional
 
@@ -28,7 +43,7 @@ from ray.rllib.utils.metrics import ALL_MODULES
 from ray.rllib.utils.typing import ModuleID, ParamDict, TensorType
 
 from hca_rllib import credit
-from hca_rllib.connectors import credit_pieces
+from hca_rllib.connectors import CreditState, credit_pieces
 from hca_rllib.module import CREDIT_WEIGHTS, HINDSIGHT_LOGITS, RETURNS
 
 logger = logging.getLogger(__name__)
@@ -39,6 +54,15 @@ NUM_SKIPPED_UPDATES = "num_skipped_updates"
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.sum(x[mask]) / mask.sum().clamp(min=1)
+
+
+def all_finite(tensors) -> bool:
+    """Whether every tensor (None: skipped) is finite: the largest |x| of each, in one
+    fused call, then one check (a NaN or inf anywhere makes its max-norm non-finite)."""
+    tensors = [t.detach() for t in tensors if t is not None]
+    if not tensors:
+        return True
+    return bool(torch.isfinite(torch.stack(torch._foreach_norm(tensors, math.inf))).all())
 
 
 class HCATorchLearner(TorchLearner):
@@ -64,7 +88,12 @@ class HCATorchLearner(TorchLearner):
         # Inside `update()`, after this update's passes were started, RLlib reads only its
         # bookkeeping through `self.module` (module ids, is_stateful): no wait there.
         self._in_update = False
-        if self._learner_connector is not None and self.config.add_default_connectors_to_learner_pipeline:
+        # Lean path: the credit pieces run here, on the batch (`learner_path="lean"`).
+        self._lean = bool(getattr(self.config, "uses_lean_learner", False))
+        self._credit_pieces = credit_pieces(self.config) if self._lean else []
+        self._single_pass = True
+        if self._learner_connector is not None and self.config.add_default_connectors_to_learner_pipeline \
+                and not self._lean:
             self._learner_connector.prepend(AddOneTsToEpisodesAndTruncate())
             for piece in credit_pieces(self.config):
                 self._learner_connector.append(piece)
@@ -151,6 +180,57 @@ class HCATorchLearner(TorchLearner):
         self._finish_background()
         return super().set_state(*args, **kwargs)
 
+    # --- the lean path's credit (module docstring) -------------------------------------
+
+    @override(TorchLearner)
+    def _create_iterator_if_necessary(self, *, training_data, num_total_minibatches=0, num_epochs=1,
+                                      minibatch_size=None, shuffle_batch_per_epoch=False, **kwargs):
+        # One gradient step on the whole batch: the credit can come from its own pass.
+        self._single_pass = (num_epochs == 1 and not minibatch_size and not num_total_minibatches
+                             and not training_data.data_iterators)
+        return super()._create_iterator_if_necessary(
+            training_data=training_data, num_total_minibatches=num_total_minibatches,
+            num_epochs=num_epochs, minibatch_size=minibatch_size,
+            shuffle_batch_per_epoch=shuffle_batch_per_epoch, **kwargs)
+
+    @override(TorchLearner)
+    def _make_batch_if_necessary(self, training_data):
+        batch = super()._make_batch_if_necessary(training_data)
+        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        if self._lean and training_data.episodes is not None and (distributed or not self._single_pass):
+            # The maths needs the credit fixed before several steps (or outside DDP's
+            # forward): one no-grad pass over the whole batch, as RLlib's path does.
+            for module_id, module_batch in batch.policy_batches.items():
+                self._run_credit(module_id, module_batch, None)
+        return batch
+
+    def _run_credit(self, module_id, module_batch, fwd_out) -> CreditState:
+        """The credit pieces on one module's lean batch: on their own no-grad pass
+        (`fwd_out` None) or on the gradient pass's outputs `fwd_out`, detached."""
+        module = self.module[module_id].unwrapped()
+        states: Dict[Any, CreditState] = {}
+        first, rest = self._credit_pieces[0], self._credit_pieces[1:]
+        if fwd_out is None:
+            first.run(module, module_batch, states, module_id, self.metrics)
+        else:
+            latent, logits = fwd_out[Columns.EMBEDDINGS], fwd_out[Columns.ACTION_DIST_INPUTS]
+            with torch.no_grad():
+                state = first.from_outputs(module_batch, latent.detach(), logits.detach(),
+                                           fwd_out[Columns.VF_PREDS].detach())
+            state.grad_latent, state.grad_logits = latent, logits
+            states[module_id] = state
+        for piece in rest:
+            piece.run(module, module_batch, states, module_id, self.metrics)
+        return states[module_id]
+
+    def _credit_from_train_pass(self, module_id, batch, fwd_out) -> Dict[str, Any]:
+        """Lean path, one gradient step: the credit from this pass's outputs (detached);
+        the classifier's logits with gradient join `fwd_out`."""
+        state = self._run_credit(module_id, batch, fwd_out)
+        if state.hindsight_logits_grad is not None:
+            fwd_out = {**fwd_out, HINDSIGHT_LOGITS: state.hindsight_logits_grad}
+        return fwd_out
+
     @classmethod
     @override(TorchLearner)
     def rl_module_required_apis(cls) -> list:
@@ -201,6 +281,8 @@ class HCATorchLearner(TorchLearner):
         batch: Dict[str, Any],
         fwd_out: Dict[str, TensorType],
     ) -> TensorType:
+        if CREDIT_WEIGHTS not in batch:  # lean path, one gradient step
+            fwd_out = self._credit_from_train_pass(module_id, batch, fwd_out)
         mask = batch[Columns.LOSS_MASK].bool()
         actions = batch[Columns.ACTIONS].long().unsqueeze(-1)
         log_probs = torch.log_softmax(fwd_out[Columns.ACTION_DIST_INPUTS], dim=-1)
@@ -257,7 +339,7 @@ class HCATorchLearner(TorchLearner):
     def apply_gradients(self, gradients_dict: ParamDict) -> None:
         """Skip the whole update if any gradient is non-finite (a NaN loss gives NaN
         gradients, so this also covers non-finite losses and advantages)."""
-        finite = all(g is None or torch.isfinite(g).all() for g in gradients_dict.values())
+        finite = all_finite(list(gradients_dict.values()))
         self._last_update_skipped = not finite
         if not finite:
             logger.warning("Non-finite loss or gradient: skipping this update.")

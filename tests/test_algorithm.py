@@ -12,6 +12,7 @@ from ray import tune
 from ray.rllib.algorithms.algorithm import Algorithm
 
 from hca_rllib import A2CConfig, HCAConfig
+from hca_rllib.connectors import LEARNER_PATHS
 from hca_rllib.envs import bandit_exact_posterior, bandit_mutual_information
 
 
@@ -46,8 +47,10 @@ def small(config, batch=256):
     return config.env_runners(num_envs_per_env_runner=4).training(train_batch_size_per_learner=batch)
 
 
-def test_nan_reward_never_reaches_weights(ray_local, caplog):
+@pytest.mark.parametrize("learner_path", LEARNER_PATHS)
+def test_nan_reward_never_reaches_weights(ray_local, caplog, learner_path):
     config = small(HCAConfig().environment("NaNCartPole", env_config={"nan_at": 300}), batch=256)
+    config = config.learners(learner_path=learner_path)
     algo = config.debugging(seed=0).build_algo()
     try:
         first = algo.train()
@@ -74,8 +77,10 @@ def test_nan_reward_never_reaches_weights(ray_local, caplog):
         algo.stop()
 
 
-def test_checkpoint_restores_identical_weights_and_keeps_training(ray_local, tmp_path):
+@pytest.mark.parametrize("learner_path", LEARNER_PATHS)
+def test_checkpoint_restores_identical_weights_and_keeps_training(ray_local, tmp_path, learner_path):
     config = small(HCAConfig().environment("CartPole-v1").training(credit="c2a2c")).debugging(seed=1)
+    config = config.learners(learner_path=learner_path)
     algo = config.build_algo()
     try:
         for _ in range(3):
@@ -88,6 +93,7 @@ def test_checkpoint_restores_identical_weights_and_keeps_training(ray_local, tmp
     restored = Algorithm.from_checkpoint(str(tmp_path / "ckpt"))
     try:
         assert type(restored.config) is HCAConfig and restored.config.credit == "c2a2c"
+        assert restored.config.learner_path == learner_path
         for key, value in weights(learner_module(restored)).items():
             assert torch.equal(value, saved[key]), key
         result = restored.train()

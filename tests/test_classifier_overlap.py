@@ -38,16 +38,18 @@ def _run(config: HCAConfig, iterations: int):
         algo.stop()
 
 
-@pytest.mark.parametrize("memory, lr", [(0, 3e-3), (2, [[0, 3e-3], [300, 1e-3]])],
-                         ids=["no_memory", "memory_and_lr_schedule"])
-def test_overlap_gives_the_same_weights_as_in_line_passes(ray_local, memory, lr):
+@pytest.mark.parametrize("memory, lr, path", [(0, 3e-3, "lean"), (2, [[0, 3e-3], [300, 1e-3]], "lean"),
+                                              (0, 3e-3, "rllib")],
+                         ids=["no_memory", "memory_and_lr_schedule", "rllib_learner_path"])
+def test_overlap_gives_the_same_weights_as_in_line_passes(ray_local, memory, lr, path):
     """Same seed, 5 updates: every parameter and buffer of the module (policy, value,
     classifier, trust statistics) is bitwise equal with and without the background
     thread, with memory and with a scheduled classifier learning rate (which RLlib sets
     while the passes may still run); the passes' losses appear one iteration later."""
     # A schedule reaches the classifier through `lr` (hindsight_lr=None: the policy's).
     extra = {"hindsight_lr": lr} if not isinstance(lr, list) else {"hindsight_lr": None, "lr": lr}
-    runs = {overlap: _run(_config(hindsight_overlap=overlap, hindsight_memory=memory, **extra), 5)
+    runs = {overlap: _run(_config(hindsight_overlap=overlap, hindsight_memory=memory, **extra)
+                          .learners(learner_path=path), 5)
             for overlap in (False, True)}
     (inline, inline_losses, inline_lr), (overlap, overlap_losses, overlap_lr) = runs[False], runs[True]
     assert inline.keys() == overlap.keys()

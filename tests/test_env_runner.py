@@ -118,7 +118,9 @@ def test_same_training_batch_as_rllib_with_forced_actions(ray_local, env, num_en
     if env.startswith("atari/"):
         pytest.importorskip("ale_py")
     config = _config(env, num_envs, fragment, CertainActionModule, algo=HCAConfig)
-    algo = copy.deepcopy(config).env_runners(sampler="rllib").build_algo()
+    # RLlib's learner path: its connector computes every credit column (the lean path
+    # computes them in the loss; tests/test_learner_path.py checks the two agree).
+    algo = copy.deepcopy(config).env_runners(sampler="rllib").learners(learner_path="rllib").build_algo()
     try:
         learner = algo.learner_group._learner
         rllib, lean = _runner(config, "rllib"), _runner(config, "lean")

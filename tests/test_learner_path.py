@@ -1,0 +1,306 @@
+"""The two learner paths (`learner_path="lean"`, `"rllib"`) on the same episodes: the same
+train-batch quantities (returns, value targets, advantages, credit weights W, masks), the
+same classifier state and diagnostics, the same gradients and updated weights, for A2C
+and every credit mode; episodes that terminate, hit the time limit, are cut at the
+fragment end or continue from an earlier fragment; with frame stacking; with several
+epochs and minibatches (the lean path then fixes the credit before the first step)."""
+
+import copy
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from ray.rllib.core.columns import Columns
+from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+from ray.rllib.evaluation.postprocessing import Postprocessing
+
+from hca_rllib import A2CConfig, HCAConfig, credit
+from hca_rllib.connectors import BOOTSTRAP_VALUES, DEFAULT_LEARNER_PATH, LEARNER_PATHS
+from hca_rllib.learner import all_finite
+from hca_rllib.module import CREDIT_WEIGHTS, RETURNS
+
+MID = "default_policy"
+NUM_ACTIONS = 3
+COLUMNS = (Postprocessing.VALUE_TARGETS, Postprocessing.ADVANTAGES, CREDIT_WEIGHTS, RETURNS,
+           Columns.ACTIONS, Columns.REWARDS)
+ATOL = 1e-6
+
+# (length, lookback, terminated, truncated): a chunk continuing an earlier fragment and
+# cut again, one that terminates, one at the time limit, a fresh one cut at the fragment
+# end, a one-step terminal chunk and a one-step cut chunk.
+CHUNKS = [(6, 3, False, False), (4, 0, True, False), (5, 2, False, True), (7, 0, False, False),
+          (1, 0, True, False), (1, 4, False, False)]
+
+
+def _spaces(frames: int):
+    if frames == 1:
+        return gym.spaces.Box(-3.0, 3.0, (4,), np.float32), gym.spaces.Box(-3.0, 3.0, (4,), np.float32)
+    raw = gym.spaces.Box(0, 255, (6, 6, 1), np.uint8)
+    return raw, gym.spaces.Box(0, 255, (6, 6, frames), np.uint8)
+
+
+def make_episodes(seed: int, frames: int = 1, chunks=CHUNKS):
+    rng = np.random.default_rng(seed)
+    raw, _ = _spaces(frames)
+    action_space = gym.spaces.Discrete(NUM_ACTIONS)
+    episodes = []
+    for length, lookback, terminated, truncated in chunks:
+        n = lookback + length
+        if frames == 1:
+            obs = [rng.normal(size=4).astype(np.float32) for _ in range(n + 1)]
+        else:
+            obs = [rng.integers(0, 256, (6, 6, 1)).astype(np.uint8) for _ in range(n + 1)]
+        episode = SingleAgentEpisode(
+            observations=obs, actions=[int(a) for a in rng.integers(0, NUM_ACTIONS, n)],
+            rewards=[float(r) for r in rng.normal(size=n)], terminated=terminated, truncated=truncated,
+            len_lookback_buffer=lookback, observation_space=raw, action_space=action_space)
+        episode.to_numpy()
+        episodes.append(episode)
+    return episodes
+
+
+def make_config(case: str, frames: int = 1):
+    hindsight = {"hiddens": [16]}
+    if case == "a2c":
+        config = A2CConfig()
+    elif case == "a2c_classifier":
+        config = A2CConfig().training(hindsight_loss_coeff=1.0)
+    elif case in ("hca", "c2a2c", "mix"):
+        config = HCAConfig().training(credit=case)
+    elif case == "expected_hca":
+        config = HCAConfig().training(credit="expected_hca", trust="evidence", trust_bins=[0.01],
+                                      normalize_advantages=True)
+    elif case == "hca_options":  # the classifier's other inputs, extra passes and memory
+        config = HCAConfig().training(credit="hca", trust=None, hindsight_epochs=2, hindsight_memory=2,
+                                      gamma=0.9, lambda_=0.8)
+        hindsight = {"hiddens": [16], "torso": "shared", "return_input": "advantage", "balanced": True}
+    elif case == "c2a2c_normalized":
+        config = HCAConfig().training(credit="c2a2c", normalize_advantages=True, c2a2c_soft=False,
+                                      c2a2c_delta=0.01, optimizer_type="adam")
+    else:
+        raise ValueError(case)
+    config = config.training(hindsight=hindsight, hindsight_lr=3e-3, lr=3e-3)
+    model = {"fcnet_hiddens": [16, 16]} if frames == 1 else {
+        "conv_filters": [[4, 3, 1, "valid"]], "conv_dense_hiddens": [16]}
+    config = config.environment(frame_stack=frames).rl_module(model_config=model).debugging(seed=3)
+    return config
+
+
+CASES = ["a2c", "a2c_classifier", "hca", "c2a2c", "mix", "expected_hca", "hca_options", "c2a2c_normalized"]
+
+
+class Recorder:
+    """What a learner's update computed: the loss's batch columns (real rows), the
+    gradients and the classifier's diagnostics."""
+
+    def __init__(self, learner):
+        self.batches, self.grads = [], []
+        compute_loss, apply_gradients = learner.compute_loss_for_module, learner.apply_gradients
+
+        def spy_loss(**kwargs):
+            loss = compute_loss(**kwargs)
+            batch = kwargs["batch"]
+            mask = batch[Columns.LOSS_MASK].bool()
+            self.batches.append({k: batch[k][mask].detach().clone() for k in COLUMNS if k in batch}
+                                | {"rows": int(mask.numel()), Columns.OBS: batch[Columns.OBS][mask].clone()})
+            return loss
+
+        def spy_grads(gradients_dict):
+            self.grads.append([None if g is None else g.detach().clone() for g in gradients_dict.values()])
+            return apply_gradients(gradients_dict)
+
+        learner.compute_loss_for_module = spy_loss
+        learner.apply_gradients = spy_grads
+
+
+def build(config, path, frames, state=None):
+    config = copy.deepcopy(config).learners(learner_path=path)
+    config.validate()
+    _, stacked = _spaces(frames)
+    learner = config.build_learner(spaces={MID: (stacked, gym.spaces.Discrete(NUM_ACTIONS))})
+    if state is not None:
+        learner.module[MID].set_state(state)
+    return learner, Recorder(learner)
+
+
+def module_state(learner):
+    return {k: v.detach().clone() for k, v in learner.module[MID].unwrapped().state_dict().items()}
+
+
+def diagnostics(results):
+    keys = ("info/mutual_information", "hindsight/accuracy", "credit/trust", "credit/decision_trust",
+            "hca/advantage_correlation", "vf_loss", "policy_loss", "hindsight_loss",
+            "hindsight_loss_extra_passes", "num_module_steps_trained")
+    return {k: results[MID][k] for k in keys if k in results[MID]}
+
+
+def assert_same(a, b, what):
+    assert a.shape == b.shape, f"{what}: shapes {a.shape} and {b.shape}"
+    torch.testing.assert_close(a.double(), b.double(), atol=ATOL, rtol=1e-5, msg=lambda m: f"{what}: {m}")
+
+
+def run_both(case, frames=1, updates=3, **update_kwargs):
+    config = make_config(case, frames)
+    lean, lean_rec = build(config, "lean", frames)
+    rllib, rllib_rec = build(config, "rllib", frames, state=lean.module[MID].get_state())
+    for name, tensor in module_state(lean).items():
+        assert_same(tensor, module_state(rllib)[name], f"initial {name}")
+    results = []
+    for update in range(updates):
+        episodes = make_episodes(100 * update + frames, frames)
+        out_lean = lean.update(episodes=copy.deepcopy(episodes), **update_kwargs)
+        out_rllib = rllib.update(episodes=copy.deepcopy(episodes), **update_kwargs)
+        results.append((out_lean, out_rllib))
+    return config, (lean, lean_rec), (rllib, rllib_rec), results
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_both_paths_compute_the_same_update(case):
+    config, (lean, lean_rec), (rllib, rllib_rec), results = run_both(case)
+    real = sum(length for length, *_ in CHUNKS)
+    assert len(lean_rec.batches) == len(rllib_rec.batches) == 3
+    for update, (a, b) in enumerate(zip(lean_rec.batches, rllib_rec.batches)):
+        # The lean batch has no artificial rows; RLlib's one row more per chunk.
+        assert a["rows"] == real and b["rows"] == real + len(CHUNKS)
+        assert set(a) == set(b)
+        assert (RETURNS in a) == config.uses_hindsight
+        for key in set(a) - {"rows"}:
+            assert_same(a[key], b[key], f"update {update}: {key}")
+    for update, (ga, gb) in enumerate(zip(lean_rec.grads, rllib_rec.grads)):
+        assert len(ga) == len(gb)
+        for i, (x, y) in enumerate(zip(ga, gb)):
+            assert (x is None) == (y is None)
+            if x is not None:
+                assert_same(x, y, f"update {update}: gradient {i}")
+    state_lean, state_rllib = module_state(lean), module_state(rllib)
+    assert set(state_lean) == set(state_rllib)
+    for name in state_lean:  # weights, the classifier's statistics, the trust state
+        assert_same(state_lean[name], state_rllib[name], f"after 3 updates: {name}")
+    for out_lean, out_rllib in results:
+        d_lean, d_rllib = diagnostics(out_lean), diagnostics(out_rllib)
+        steps = d_lean.pop("num_module_steps_trained"), d_rllib.pop("num_module_steps_trained")
+        assert steps == (real, real + len(CHUNKS))  # RLlib's count includes its artificial rows
+        assert d_lean.keys() == d_rllib.keys()
+        for key in d_lean:
+            assert abs(float(d_lean[key]) - float(d_rllib[key])) < 1e-5, key
+
+
+@pytest.mark.parametrize("case", ["a2c", "hca", "expected_hca"])
+def test_both_paths_agree_with_stacked_frames(case):
+    _, (lean, lean_rec), (rllib, rllib_rec), _ = run_both(case, frames=4, updates=2)
+    for a, b in zip(lean_rec.batches, rllib_rec.batches):
+        # Observations stacked as RLlib's FrameStackingLearner stacks them (zeros before
+        # an episode's first frame, the lookback across fragments).
+        assert a[Columns.OBS].shape[1:] == (6, 6, 4) and torch.equal(a[Columns.OBS], b[Columns.OBS])
+        for key in set(a) - {"rows"}:
+            assert_same(a[key], b[key], key)
+    for name, tensor in module_state(lean).items():
+        assert_same(tensor, module_state(rllib)[name], name)
+
+
+@pytest.mark.parametrize("case", ["a2c", "hca_options", "expected_hca"])
+def test_several_epochs_fix_the_credit_before_the_first_step(case):
+    # Two full-batch steps on each batch: the lean path computes the credit once, with
+    # a no-grad pass before the first step (the weights change between the steps), as
+    # RLlib's path does in its connector.
+    _, (lean, lean_rec), (rllib, rllib_rec), _ = run_both(case, updates=2, num_epochs=2)
+    assert len(lean_rec.batches) == len(rllib_rec.batches) == 4
+    for a, b in zip(lean_rec.batches, rllib_rec.batches):
+        for key in set(a) - {"rows"}:
+            assert_same(a[key], b[key], key)
+    for first, second in (lean_rec.batches[0:2], lean_rec.batches[2:4]):
+        for key in set(first) - {"rows"}:  # the same credit on both epochs
+            assert torch.equal(first[key], second[key]), key
+    for name, tensor in module_state(lean).items():
+        assert_same(tensor, module_state(rllib)[name], name)
+
+
+def test_minibatches_get_the_credit_of_the_whole_batch_at_the_start():
+    config = make_config("hca")
+    single, single_rec = build(config, "lean", 1)
+    mini, mini_rec = build(config, "lean", 1, state=single.module[MID].get_state())
+    episodes = make_episodes(7)
+    single.update(episodes=copy.deepcopy(episodes))
+    mini.update(episodes=copy.deepcopy(episodes), num_epochs=2, minibatch_size=8)
+    whole = single_rec.batches[0]
+    assert len(mini_rec.batches) >= 6
+    for part in mini_rec.batches:
+        # Each minibatch row is found in the whole batch by its (unique) observation.
+        rows = [int(torch.nonzero((whole[Columns.OBS] == o).all(-1))[0]) for o in part[Columns.OBS]]
+        for key in (Postprocessing.VALUE_TARGETS, Postprocessing.ADVANTAGES, CREDIT_WEIGHTS, RETURNS):
+            assert_same(part[key], whole[key][rows], key)
+
+
+def test_bootstrap_values_are_the_values_after_each_cut():
+    config = make_config("a2c")
+    learner, _ = build(config, "lean", 1)
+    episodes = make_episodes(5)
+    batch = learner._learner_connector(rl_module=learner.module, batch={}, episodes=episodes,
+                                       shared_data={}, metrics=None)[MID]
+    module = learner.module[MID].unwrapped()
+    ends = np.cumsum([len(e) for e in episodes]) - 1
+    expected = torch.zeros(len(batch[Columns.OBS]))
+    for end, episode in zip(ends, episodes):
+        assert bool(batch[Columns.TERMINATEDS][end]) == episode.is_terminated
+        assert bool(batch[Columns.TRUNCATEDS][end]) == (not episode.is_terminated)
+        if not episode.is_terminated:
+            last = torch.as_tensor(episode.get_observations(-1))[None]
+            with torch.no_grad():
+                expected[end] = module.compute_values({Columns.OBS: last})[0]
+    assert int(batch[Columns.TERMINATEDS].sum() + batch[Columns.TRUNCATEDS].sum()) == len(episodes)
+    assert_same(batch[BOOTSTRAP_VALUES], expected, "bootstrap values")
+    # The episodes are read, not extended (RLlib's path adds a step to each).
+    assert [len(e) for e in episodes] == [length for length, *_ in CHUNKS]
+
+
+def test_lean_layout_returns_match_the_padded_layout():
+    rng = np.random.default_rng(0)
+    lengths, terminated = [4, 1, 6, 3], [True, False, False, True]
+    rewards, values, boot, flags = [], [], [], []
+    padded = {"r": [], "v": [], "term": [], "trunc": []}
+    for length, term in zip(lengths, terminated):
+        r, v, b = rng.normal(size=length), rng.normal(size=length), rng.normal()
+        rewards += list(r)
+        values += list(v)
+        boot += [0.0] * (length - 1) + [0.0 if term else b]
+        flags += [(False, False)] * (length - 1) + [(term, not term)]
+        padded["r"] += list(r) + [0.0]
+        padded["v"] += list(v) + [b]
+        padded["term"] += [False] * (length - 1) + [term, False]
+        padded["trunc"] += [False] * (length - 1) + [not term, False]
+    t = lambda x, dtype=torch.float32: torch.tensor(x, dtype=dtype)  # noqa: E731
+    term, trunc = t([f[0] for f in flags], torch.bool), t([f[1] for f in flags], torch.bool)
+    nv = credit.next_values(t(values), t(boot), term, trunc)
+    real = ~t([True if i in np.cumsum([x + 1 for x in lengths]) - 1 else False
+               for i in range(len(padded["r"]))], torch.bool)
+    z = credit.returns_from_next_values(t(rewards), nv, term, trunc, 0.9)
+    gae = credit.gae_from_next_values(t(rewards), t(values), nv, term, trunc, 0.9, 0.7)
+    pr, pv = t(padded["r"]), t(padded["v"])
+    pterm, ptrunc = t(padded["term"], torch.bool), t(padded["trunc"], torch.bool)
+    torch.testing.assert_close(z, credit.discounted_returns(pr, pv, pterm, ptrunc, 0.9)[real])
+    torch.testing.assert_close(gae, credit.gae_advantages(pr, pv, pterm, ptrunc, 0.9, 0.7)[real])
+    torch.testing.assert_close(credit.chunk_ids_from_ends(term, trunc),
+                               credit.chunk_ids(real)[real])
+
+
+def test_learner_path_is_validated_and_defaults_to_lean():
+    assert DEFAULT_LEARNER_PATH == "lean" and HCAConfig().learner_path == "lean"
+    assert LEARNER_PATHS == ("lean", "rllib")
+    with pytest.raises(ValueError, match=r"learner_path must be one of \['lean', 'rllib'\], got 'fast'"):
+        HCAConfig().environment("CartPole-v1").learners(learner_path="fast").validate()
+    with pytest.raises(ValueError, match="learner_path='lean' runs no user learner connectors"):
+        HCAConfig().environment("CartPole-v1").learners(learner_connector=lambda *a, **k: []).validate()
+    config = HCAConfig().environment("CartPole-v1").learners(learner_path="rllib",
+                                                              learner_connector=lambda *a, **k: [])
+    config.validate()  # RLlib's path takes them
+
+
+def test_all_finite_is_the_elementwise_check():
+    finite = [torch.ones(3), None, torch.zeros(2, 2)]
+    assert all_finite(finite) and all_finite([])
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        tensors = [torch.ones(3), torch.tensor([[1.0, bad]])]
+        assert not all_finite(tensors)
+    assert all_finite([torch.full((4,), 3e38)])  # large but finite
