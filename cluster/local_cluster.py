@@ -90,22 +90,36 @@ def cluster_env(directory: Path) -> dict:
     }
 
 
+START_ATTEMPTS = 3
+
+
 def _start_node(name: str, args: list, env: dict, log: Path, state: dict, state_path: Path) -> None:
-    with open(log, "ab") as out:
-        proc = subprocess.Popen([_ray(), "start", *args, "--node-name", name], env=env, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-    # Recorded before waiting: whatever happens next, `stop` can kill this group.
-    state["process_groups"].append(proc.pid)  # the process group of everything this node runs
-    state["nodes"][name] = {"process_group": proc.pid, "alive": True}
-    state_path.write_text(json.dumps(state, indent=1))
-    try:
-        code = proc.wait(timeout=180)
-    except subprocess.TimeoutExpired:
-        code = None
-    if code != 0:
-        if name != "head":  # what it started is killed now; the cluster goes on without it
-            kill_node(state_path.parent, name)
-        raise RuntimeError(f"ray start failed; see {log} (stop the rest with: stop --dir ...)")
+    """`ray start` one node in its own process group. Ray gives a node 30 s to register
+    (not configurable); on a machine under heavy load that can run out, so a failed start
+    is killed (every process it started) and tried again, up to START_ATTEMPTS times."""
+    for attempt in range(1, START_ATTEMPTS + 1):
+        with open(log, "ab") as out:
+            proc = subprocess.Popen([_ray(), "start", *args, "--node-name", name], env=env, stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        # Recorded before waiting: whatever happens next, `stop` can kill this group.
+        state["process_groups"].append(proc.pid)  # the process group of everything this node runs
+        state["nodes"][name] = {"process_group": proc.pid, "alive": True}
+        state_path.write_text(json.dumps(state, indent=1))
+        try:
+            code = proc.wait(timeout=180)
+        except subprocess.TimeoutExpired:
+            code = None
+        if code == 0:
+            return
+        _kill_pids(node_pids(proc.pid), proc.pid)
+        if code is None:
+            proc.wait()
+        state["process_groups"].remove(proc.pid)
+        state["nodes"].pop(name)
+        state_path.write_text(json.dumps(state, indent=1))
+        print(f"ray start of {name} failed (attempt {attempt}/{START_ATTEMPTS}; see {log})", file=sys.stderr)
+    raise RuntimeError(f"ray start of {name} failed {START_ATTEMPTS} times; see {log} "
+                       f"(stop the rest with: stop --dir ...)")
 
 
 def _node_env(directory: Path) -> dict:
@@ -204,7 +218,18 @@ def kill_node(directory: Path, name: str) -> list:
         raise SystemExit("kill-node kills worker nodes only (the head holds the GCS: use stop)")
     group = state["nodes"][name]["process_group"]
     pids = node_pids(group)
-    for pid in pids:  # all at once, as a node that loses power: no process outlives another
+    if not _kill_pids(pids, group):
+        raise RuntimeError(f"processes of {name} (group {group}) survived SIGKILL for 10 s")
+    state["nodes"][name]["alive"] = False
+    state["nodes"][name]["killed_pids"] = pids
+    path.write_text(json.dumps(state, indent=1))
+    return pids
+
+
+def _kill_pids(pids: list, group: int) -> bool:
+    """SIGKILL `pids` all at once (as a node losing power: no process outlives another)
+    and wait up to 10 s for them and process group `group` to be gone; False if not."""
+    for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -212,12 +237,7 @@ def kill_node(directory: Path, name: str) -> list:
     deadline = time.time() + 10
     while time.time() < deadline and (_group_alive(group) or any(_alive(pid) for pid in pids)):
         time.sleep(0.1)
-    if _group_alive(group) or any(_alive(pid) for pid in pids):
-        raise RuntimeError(f"processes of {name} (group {group}) survived SIGKILL for 10 s")
-    state["nodes"][name]["alive"] = False
-    state["nodes"][name]["killed_pids"] = pids
-    path.write_text(json.dumps(state, indent=1))
-    return pids
+    return not (_group_alive(group) or any(_alive(pid) for pid in pids))
 
 
 def _pgid(pid: int):
