@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import math
 import numbers
+import time
 from typing import Any, Dict, Optional
 
 from ray.rllib.algorithms.algorithm import Algorithm
@@ -211,6 +212,12 @@ class HCAConfig(AlgorithmConfig):
         # connector pieces after AddOneTsToEpisodesAndTruncate, credit from a no-grad
         # pass); docs/method.md, section 3.4.
         self.learner_path = DEFAULT_LEARNER_PATH
+        # An iteration ends only once it has sampled: while every remote EnvRunner is
+        # lost (its node gone, Ray restarting it elsewhere), RLlib's iteration loop keeps
+        # restoring EnvRunners and retrying the step instead of returning one empty
+        # iteration after another (what RLlib's default, 0, does: results.jsonl lines with
+        # no env steps). A normal step samples a whole batch, so this changes nothing else.
+        self.min_sample_timesteps_per_iteration = 1
 
     @override(AlgorithmConfig)
     def learners(self, *, learner_path=NotProvided, **kwargs) -> "HCAConfig":
@@ -596,7 +603,9 @@ class HCA(Algorithm):
                 _return_metrics=True,
             )
         if not episodes:
+            self._refuse_if_env_runners_stay_lost()
             return
+        self._all_env_runners_lost_since = None
         self.metrics.aggregate(env_runner_results, key=ENV_RUNNER_RESULTS)
 
         with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
@@ -620,6 +629,27 @@ class HCA(Algorithm):
                 policies=modules_to_update,
                 inference_only=True,
             )
+
+
+    def _refuse_if_env_runners_stay_lost(self) -> None:
+        """With every remote EnvRunner lost, RLlib waits for Ray to restart them (on
+        another node offering their resources, or on a replacement node), retrying the
+        step; if none is back after `env_runner_restore_timeout_s` (RLlib's field, 1800 s
+        by default), the run stops with a one-line error instead of waiting forever."""
+        group = self.env_runner_group
+        if group is None or group.num_remote_env_runners() == 0 or group.num_healthy_remote_env_runners() > 0:
+            self._all_env_runners_lost_since = None
+            return
+        now = time.monotonic()
+        since = getattr(self, "_all_env_runners_lost_since", None)
+        if since is None:
+            self._all_env_runners_lost_since = since = now
+        timeout = self.config.env_runner_restore_timeout_s
+        if now - since > timeout:
+            raise RuntimeError(
+                f"all {group.num_remote_env_runners()} remote EnvRunners lost and none restored within "
+                f"env_runner_restore_timeout_s={timeout:g} s (no node offers their resources "
+                f"{self.config.custom_resources_per_env_runner or {}}, num_cpus={self.config.num_cpus_per_env_runner})")
 
 
 class A2C(HCA):

@@ -63,7 +63,8 @@ RESULT_KEYS = {
     "entropy": ("learners", "default_policy", "entropy"),
     "vf_explained_var": ("learners", "default_policy", "vf_explained_var"),
     "num_skipped_updates": ("learners", "__all_modules__", "num_skipped_updates"),
-    # Fault tolerance: EnvRunners that failed and were replaced, and those healthy now.
+    # Fault tolerance: EnvRunners that failed and were replaced, and those healthy now
+    # (`env_runners_lost`, every runner lost so far, follows from these: `result_line`).
     "env_runner_restarts": ("fault_tolerance", "num_remote_worker_restarts"),
     "env_runners_dropped": ("fault_tolerance", "num_env_runners_dropped_lifetime"),
     "healthy_env_runners": ("fault_tolerance", "num_healthy_workers"),
@@ -118,8 +119,25 @@ def result_line(result: Dict[str, Any], elapsed_s: float, steps_per_s: float) ->
     }
     for name, path in RESULT_KEYS.items():
         line[name] = _number(_get(result, path))
+    line["env_runners_lost"] = env_runners_lost(line["env_runner_restarts"], line["healthy_env_runners"],
+                                                _configured_env_runners(result.get("config")))
     line["score"] = line["game_return_mean"] if line["game_return_mean"] is not None else line["episode_return_mean"]
     return line
+
+
+def _configured_env_runners(config) -> Optional[int]:
+    """`num_env_runners` of the result's config (the AlgorithmConfig itself, or a dict under Tune)."""
+    value = config.get("num_env_runners") if isinstance(config, dict) else getattr(config, "num_env_runners", None)
+    return value if isinstance(value, int) else None
+
+
+def env_runners_lost(restarts, healthy, configured) -> Optional[int]:
+    """Remote EnvRunners lost so far (their process or node died): each one lost is either
+    back (counted in RLlib's restarts) or still out (configured minus healthy). None where
+    RLlib reports no fault-tolerance figures."""
+    if restarts is None or healthy is None or configured is None:
+        return None
+    return int(restarts) + max(int(configured) - int(healthy), 0)
 
 
 class ResultsError(ValueError):

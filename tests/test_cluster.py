@@ -161,3 +161,115 @@ def test_local_two_node_cluster_with_token_runs_a_submitted_job(cluster_dir):
     for group in state["process_groups"]:
         with pytest.raises(ProcessLookupError):
             os.killpg(group, 0)
+
+
+def _local_cluster():
+    """cluster/local_cluster.py as a module (it is a script, not part of the package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("local_cluster", CLUSTER / "local_cluster.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _env_runner_pids(local_cluster, group):
+    """The EnvRunner actor processes among the processes of the node that leads `group`."""
+    found = []
+    for pid in local_cluster.node_pids(group):
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if command.startswith(b"ray::") and b"EnvRunner" in command:
+            found.append(pid)
+    return found
+
+
+def _lines(path):
+    from hca_rllib.runner import read_results
+
+    return read_results(path)
+
+
+@pytest.mark.cluster
+@pytest.mark.slow  # about 3 min on 2 busy cores: 3 nodes start, a node is lost, Ray restarts the runner
+def test_training_survives_the_loss_of_the_worker_node_running_its_env_runner(cluster_dir):
+    """A spot node reclaimed: every process of the worker node holding the EnvRunner is
+    SIGKILLed by its pid mid-run; Ray restarts the actor on the other worker node, RLlib
+    puts it back into service, and the run reaches its budget with no iteration lost,
+    repeated or empty, the loss and the restart counted in results.jsonl."""
+    local_cluster = _local_cluster()
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    for key in ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_API_SERVER_ADDRESS"):
+        env.pop(key, None)
+    script = [sys.executable, str(CLUSTER / "local_cluster.py")]
+    proc = subprocess.run([*script, "start", "--dir", str(cluster_dir), "--workers", "1"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = subprocess.run([*script, "add-node", "--dir", str(cluster_dir)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout) == {"node": "worker1"}
+    state = json.loads((cluster_dir / "cluster.json").read_text())
+    workers = {name: node["process_group"] for name, node in state["nodes"].items() if name != "head"}
+    assert sorted(workers) == ["worker0", "worker1"]
+
+    run_dir = cluster_dir / "runs" / "node-loss"
+    budget = 8000
+    driver_env = {**env, **local_cluster.cluster_env(cluster_dir), "PYTHONPATH": str(REPO)}
+    driver_env.pop("RAY_ADDRESS")  # passed as --address: the driver joins the head node
+    log = open(cluster_dir / "driver.log", "w")
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "hca_rllib", "train", "--env", "CartPole-v1", "--stop-timesteps", str(budget),
+         "--num-env-runners", "1", "--num-envs-per-env-runner", "4", "--set", "train_batch_size_per_learner=256",
+         "--set", "custom_resources_per_env_runner={'env_runner_slot': 1}", "--wandb", "off",
+         "--no-tensorboard", "--checkpoint-every", "0", "--progress-every", "0", "--output", str(run_dir),
+         "--address", state["gcs_address"]],
+        cwd=REPO, env=driver_env, stdout=log, stderr=subprocess.STDOUT)
+    results = run_dir / "results.jsonl"
+    try:
+        deadline = time.time() + 300
+        while len(_lines(results)) < 3:  # training is under way
+            assert driver.poll() is None, (cluster_dir / "driver.log").read_text()[-3000:]
+            assert time.time() < deadline, "no 3 iterations in 300 s"
+            time.sleep(0.1)
+        holding = {name: _env_runner_pids(local_cluster, group) for name, group in workers.items()}
+        victim = [name for name, pids in holding.items() if pids]
+        assert len(victim) == 1 and len(holding[victim[0]]) == 1, holding
+        survivor = next(name for name in workers if name != victim[0])
+        before_kill = len(_lines(results))
+        killed_at = time.time()
+        proc = subprocess.run([*script, "kill-node", "--dir", str(cluster_dir), "--node", victim[0]], env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        killed = json.loads(proc.stdout)["killed_pids"]
+        assert holding[victim[0]][0] in killed and not local_cluster._group_alive(workers[victim[0]])
+        assert not any(Path(f"/proc/{pid}").exists() and local_cluster._alive(pid) for pid in killed)
+
+        recovered = None
+        while driver.poll() is None:
+            lines = _lines(results)
+            if recovered is None and lines and lines[-1]["env_runner_restarts"]:
+                recovered = time.time() - killed_at
+                # The restarted EnvRunner runs on the surviving worker node.
+                assert _env_runner_pids(local_cluster, workers[survivor]), "restarted runner not on the survivor"
+            time.sleep(0.1)
+        assert driver.wait(timeout=300) == 0, (cluster_dir / "driver.log").read_text()[-3000:]
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+        log.close()
+    lines = _lines(results)
+    print(f"\nnode loss: killed {victim[0]} after iteration {before_kill}; first iteration with the restarted "
+          f"runner {recovered:.1f} s after the kill; {len(lines)} iterations, {lines[-1]['env_steps']} env steps")
+    assert recovered is not None
+    assert [line["iteration"] for line in lines] == list(range(1, len(lines) + 1))  # none lost, none twice
+    steps = [line["env_steps"] for line in lines]
+    assert all(b > a for a, b in zip(steps, steps[1:])), steps  # no empty iteration while the runner was out
+    assert steps[-1] >= budget
+    assert all(line["env_runners_lost"] == 0 and line["env_runner_restarts"] == 0 for line in lines[:before_kill])
+    assert lines[-1]["env_runners_lost"] == 1 and lines[-1]["env_runner_restarts"] == 1
+    assert lines[-1]["healthy_env_runners"] == 1
+    assert "done: " in (cluster_dir / "driver.log").read_text()

@@ -62,3 +62,56 @@ def test_fault_injection_is_not_in_the_default_registry():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+@pytest.mark.slow  # builds an algorithm with a remote EnvRunner (about 20 s)
+def test_env_runner_that_never_comes_back_is_refused_after_the_restore_timeout(ray_local):
+    """A lost EnvRunner that Ray cannot bring back (here: no restarts allowed; on a
+    cluster: no node left offering its resources) stops the run with a one-line error
+    after `env_runner_restore_timeout_s`, instead of a hang or empty iterations."""
+    import signal
+    import time
+
+    config = (
+        HCAConfig()
+        .environment("CartPole-v1")
+        .env_runners(num_env_runners=1, num_envs_per_env_runner=2, num_cpus_per_env_runner=0.5)
+        .training(train_batch_size_per_learner=64)
+        .fault_tolerance(max_num_env_runner_restarts=0, env_runner_restore_timeout_s=3.0,
+                         env_runner_health_probe_timeout_s=1.0)
+        .debugging(seed=0)
+    )
+    algo = config.build_algo()
+    try:
+        first = algo.train()
+        assert first["fault_tolerance"]["num_healthy_workers"] == 1
+        [pid] = algo.env_runner_group.foreach_env_runner(lambda runner: os.getpid(), local_env_runner=False)
+        os.kill(pid, signal.SIGKILL)
+        started = time.monotonic()
+        with pytest.raises(RuntimeError, match=r"all 1 remote EnvRunners lost and none restored within "
+                                               r"env_runner_restore_timeout_s=3 s"):
+            algo.train()
+        assert time.monotonic() - started >= 3.0
+        assert algo.iteration == 1  # the refused iteration is not counted
+    finally:
+        algo.stop()
+
+
+def test_env_runners_lost_counts_the_restored_and_the_still_missing():
+    from hca_rllib.runner import env_runners_lost, result_line
+
+    assert env_runners_lost(0, 2, 2) == 0
+    assert env_runners_lost(0, 1, 2) == 1  # one out, not back yet
+    assert env_runners_lost(1, 2, 2) == 1  # one lost, restored
+    assert env_runners_lost(3, 1, 2) == 4  # restored three times, one out now
+    assert env_runners_lost(0, 0, 0) == 0  # no remote EnvRunners: the local one samples
+    assert env_runners_lost(None, 1, 2) is None and env_runners_lost(0, 1, None) is None
+    result = {"training_iteration": 5, "num_env_steps_sampled_lifetime": 100,
+              "fault_tolerance": {"num_remote_worker_restarts": 1, "num_healthy_workers": 1,
+                                  "num_env_runners_dropped_lifetime": 0},
+              "config": HCAConfig().env_runners(num_env_runners=2)}
+    assert result_line(result, 1.0, 100.0)["env_runners_lost"] == 2
+    result["config"] = {"num_env_runners": 1}  # as Tune passes it
+    assert result_line(result, 1.0, 100.0)["env_runners_lost"] == 1
+    del result["config"]
+    assert result_line(result, 1.0, 100.0)["env_runners_lost"] is None
