@@ -112,6 +112,51 @@ def test_tuned_example_sweeps_are_valid(which, trials):
         config.validate()
 
 
+def _rows(path: Path):
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def test_run_files_after_a_driver_restore_continue_the_stored_rows(tmp_path):
+    """A restoring driver stages each trial in a new, empty directory: the callback starts
+    from the rows in storage, replaces those past the restored checkpoint, and adds none
+    past a row that already reached the stop (a trial that finished after Tune's last
+    snapshot, which the restore runs one more iteration)."""
+    from types import SimpleNamespace
+
+    import pyarrow.fs
+
+    from hca_rllib.sweep import make_run_files_callback
+
+    def trial(name, stored_iterations):
+        storage, staging = tmp_path / "storage" / name, tmp_path / "staging" / name
+        storage.mkdir(parents=True)
+        if stored_iterations:
+            (storage / "run.json").write_text(json.dumps({"trial_id": name, "credit": "hca"}))
+            (storage / "results.jsonl").write_text("".join(
+                json.dumps({"iteration": i, "env_steps": 100 * i}) + "\n" for i in range(1, stored_iterations + 1)))
+        return SimpleNamespace(local_path=str(staging), path=str(storage), trial_id=name,
+                               storage=SimpleNamespace(storage_filesystem=pyarrow.fs.LocalFileSystem()),
+                               config={"env": "CartPole-v1", "credit": "hca", "seed": 0}), staging
+
+    def result(i):
+        return {"training_iteration": i, "num_env_steps_sampled_lifetime": 100 * i + 1, "time_total_s": 1.0 * i}
+
+    callback = make_run_files_callback(stop_timesteps=500)
+    running, running_dir = trial("running", 5)  # restored from its checkpoint at iteration 3
+    for i in (4, 5):
+        callback.on_trial_result(0, [], running, result(i))
+    assert [(x["iteration"], x["env_steps"]) for x in _rows(running_dir / "results.jsonl")] == [
+        (1, 100), (2, 200), (3, 300), (4, 401), (5, 501)]  # the stored rows, then the new ones
+    assert json.loads((running_dir / "run.json").read_text()) == {"trial_id": "running", "credit": "hca"}
+    finished, finished_dir = trial("finished", 5)  # reached 500 steps; restored from iteration 5
+    callback.on_trial_result(0, [], finished, result(6))
+    assert [x["iteration"] for x in _rows(finished_dir / "results.jsonl")] == [1, 2, 3, 4, 5]
+    fresh, fresh_dir = trial("fresh", 0)
+    callback.on_trial_result(0, [], fresh, result(1))
+    assert [x["iteration"] for x in _rows(fresh_dir / "results.jsonl")] == [1]
+    assert json.loads((fresh_dir / "run.json").read_text())["trial_id"] == "fresh"
+
+
 def _fake_sweep(directory: Path, **settings):
     """An experiment directory as `sweep` leaves it, as far as `--resume` checks: Tune's
     `tuner.pkl` (what `Tuner.can_restore` looks for) and the sweep's `sweep.json`."""
