@@ -7,6 +7,8 @@ most `floor(cluster CPUs / trial CPUs)` trials run at once. A failed trial is re
 (`--max-failures`) from its newest checkpoint. Every trial directory gets the project's
 `run.json` and `results.jsonl` (written by `RunFilesCallback`), so `hca-rllib report`
 reads a sweep like any set of runs; the sweep writes that report at the end.
+`--resume` restores a killed sweep (Tune's `Tuner.restore`) after checking it against the
+settings the sweep stored in `sweep.json`; each trial's files continue from storage.
 """
 
 from __future__ import annotations
