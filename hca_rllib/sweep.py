@@ -7,6 +7,8 @@ most `floor(cluster CPUs / trial CPUs)` trials run at once. A failed trial is re
 (`--max-failures`) from its newest checkpoint. Every trial directory gets the project's
 `run.json` and `results.jsonl` (written by `RunFilesCallback`), so `hca-rllib report`
 reads a sweep like any set of runs; the sweep writes that report at the end.
+`--resume` restores a killed sweep (Tune's `Tuner.restore`) after checking it against the
+settings the sweep stored in `sweep.json`; each trial's files continue from storage.
 """
 
 from __future__ import annotations
@@ -44,20 +46,42 @@ def _trial_name(trial) -> str:
     return f"{env}__{c.get('credit')}__seed{c.get('seed')}__{trial.trial_id}"
 
 
-def make_run_files_callback():
+def _fetch_trial_files(trial, path: Path) -> None:
+    """Copy the trial's `run.json` and `results.jsonl` from the sweep's storage into the
+    driver's staging directory `path` (what Tune syncs back to storage) where that lacks
+    them: a driver that restores a sweep starts with an empty staging directory, as Tune's
+    own loggers do for `result.json` and `progress.csv`."""
+    import pyarrow.fs
+
+    for name in ("run.json", "results.jsonl"):
+        if (path / name).exists():
+            continue
+        try:
+            pyarrow.fs.copy_files(str(Path(trial.path, name).as_posix()), str(path / name),
+                                  source_filesystem=trial.storage.storage_filesystem)
+        except FileNotFoundError:  # a trial starting for the first time
+            pass
+
+
+def make_run_files_callback(stop_timesteps: Optional[int] = None):
     from ray.tune import Callback
 
     class RunFilesCallback(Callback):
         """Writes `run.json` and `results.jsonl` (the CLI's format) into each trial's
-        directory. After a retry restores a trial from a checkpoint, lines from the
-        iterations being re-run are replaced, so none is duplicated."""
+        directory. After a retry or a `--resume` restores a trial from a checkpoint, lines
+        from the iterations being re-run are replaced, so none is duplicated; a trial whose
+        lines already reached `stop_timesteps` (it finished after Tune's last snapshot of
+        the experiment, so the restore runs it on) gets no line past that one."""
 
         def __init__(self):
             self.last_iteration = {}  # trial id -> last iteration written
+            self.finished = set()  # trial ids whose lines reached the stop before a restore
 
         def on_trial_result(self, iteration, trials, trial, result, **info):
             path = Path(trial.local_path)
             path.mkdir(parents=True, exist_ok=True)
+            if trial.trial_id not in self.last_iteration:
+                _fetch_trial_files(trial, path)
             run_json = path / "run.json"
             if not run_json.exists():
                 c = trial.config
@@ -70,10 +94,16 @@ def make_run_files_callback():
                                / max(float(result.get("time_total_s", 1e-9)), 1e-9))
             results = path / "results.jsonl"
             last = self.last_iteration.get(trial.trial_id)
+            if trial.trial_id in self.finished:
+                return
             if last is None or line["iteration"] <= last:
                 # First result seen by this driver, or a retry/PBT exploit went back to a
                 # checkpoint: rewrite without the iterations being run again.
                 kept = [old for old in read_results(results) if old["iteration"] < line["iteration"]]
+                if (last is None and stop_timesteps is not None and kept
+                        and kept[-1]["env_steps"] >= stop_timesteps):
+                    self.finished.add(trial.trial_id)  # its last line stays the last
+                    return
                 tmp = results.with_suffix(".jsonl.tmp")
                 tmp.write_text("".join(json.dumps(x) + "\n" for x in kept + [line]))
                 os.replace(tmp, results)
@@ -133,6 +163,59 @@ def build_param_space(envs: List[str], credits: List[str], seeds: List[int], ove
         space[key[len("grid:"):]] = tune.grid_search(values)
     return space
 
+SWEEP_FILE = "sweep.json"
+
+# What a sweep was started with, by the flag that sets it: Tune restores all of it from
+# the experiment (the grid, the stop, checkpointing, retries, the scheduler), so a
+# `--resume` that asks for something else is refused rather than silently ignored.
+SWEEP_FLAGS = {
+    "envs": "--envs", "credits": "--credits", "seeds": "--seeds", "stop_timesteps": "--stop-timesteps",
+    "overrides": "--set", "num_env_runners": "--num-env-runners",
+    "num_envs_per_env_runner": "--num-envs-per-env-runner", "cpus_per_env_runner": "--cpus-per-env-runner",
+    "scheduler": "--scheduler", "metric": "--metric", "max_failures": "--max-failures",
+    "checkpoint_every": "--checkpoint-every",
+}
+
+
+def sweep_settings(**values: Any) -> Dict[str, Any]:
+    """The settings `sweep.json` keeps (the keys of SWEEP_FLAGS), as JSON values."""
+    assert set(values) == set(SWEEP_FLAGS), sorted(set(values) ^ set(SWEEP_FLAGS))
+    return json.loads(json.dumps(values, default=repr))
+
+
+def check_resume(experiment: str, resume: bool, settings: Dict[str, Any], restorable: bool) -> None:
+    """Raise ValueError (one line) when `--resume` has nothing to continue or asks for
+    another sweep than the one stored, or when a fresh start would mix its trials into an
+    existing sweep. A sweep without `sweep.json` (older, or on a URI) is not compared."""
+    if not resume:
+        if restorable:
+            raise ValueError(f"{experiment!r} already holds a sweep: pass --resume to continue it, "
+                             f"or choose another --name or --output")
+        return
+    if not restorable:
+        raise ValueError(f"nothing to resume in {experiment!r}: no Tune experiment state there "
+                         f"(start the sweep without --resume)")
+    stored_file = Path(experiment) / SWEEP_FILE
+    if "://" in experiment or not stored_file.exists():
+        return
+    try:
+        stored = json.loads(stored_file.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"unreadable {stored_file}: {error}") from None
+    for key, flag in SWEEP_FLAGS.items():
+        if key in stored and stored[key] != settings[key]:
+            raise ValueError(f"--resume: the sweep in {experiment!r} was started with {flag} "
+                             f"{_flag_text(stored[key])}, not {_flag_text(settings[key])}; a resumed "
+                             f"sweep runs the grid it was started with")
+
+
+def _flag_text(value: Any) -> str:
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, dict):
+        return " ".join(f"{k}={json.dumps(v)}" for k, v in value.items()) or "(none)"
+    return str(value)
+
 
 def run_sweep(
     *,
@@ -172,6 +255,14 @@ def run_sweep(
     bad = [c for c in credits if c not in CREDIT_MODES]
     if bad:
         raise ValueError(f"unknown credit mode(s) {bad}; choose from {list(CREDIT_MODES)}")
+    storage = storage_path if "://" in storage_path else str(user_path(storage_path))  # Tune: absolute
+    experiment = f"{storage}/{name}" if "://" in storage else str(Path(storage) / name)
+    settings = sweep_settings(envs=envs, credits=credits, seeds=seeds, stop_timesteps=stop_timesteps,
+                              overrides=overrides or {}, num_env_runners=num_env_runners,
+                              num_envs_per_env_runner=num_envs_per_env_runner,
+                              cpus_per_env_runner=cpus_per_env_runner, scheduler=scheduler, metric=metric,
+                              max_failures=max_failures, checkpoint_every=checkpoint_every)
+    check_resume(experiment, resume, settings, tune.Tuner.can_restore(experiment))
     init_ray(address)
     per_trial = trial_resources(num_env_runners, cpus_per_env_runner)
     if max_concurrent is None:  # sized to the cluster as it is now
@@ -181,19 +272,23 @@ def run_sweep(
 
     chosen = make_scheduler(scheduler, stop_timesteps)
 
-    callbacks = [make_run_files_callback()]
+    callbacks = [make_run_files_callback(stop_timesteps)]
     mode = wandb_mode(wandb)
     if mode is not None:
         callbacks.append(wandb_logger_callback(project=wandb_project, group=name, mode=mode))
-    storage = storage_path if "://" in storage_path else str(user_path(storage_path))  # Tune: absolute
-    experiment = f"{storage}/{name}" if "://" in storage else str(Path(storage) / name)
-    if resume and tune.Tuner.can_restore(experiment):
-        tuner = tune.Tuner.restore(experiment, trainable="HCA", resume_errored=True)
+    param_space = build_param_space(envs, credits, seeds, overrides or {}, num_env_runners,
+                                    num_envs_per_env_runner, cpus_per_env_runner)
+    if resume:
+        # The param space again: Tune stored its objects (the RLModule spec's class) as
+        # placeholders that only a new copy of the same space fills in.
+        tuner = tune.Tuner.restore(experiment, trainable="HCA", resume_errored=True, param_space=param_space)
     else:
+        if "://" not in experiment:
+            Path(experiment).mkdir(parents=True, exist_ok=True)
+            (Path(experiment) / SWEEP_FILE).write_text(json.dumps(settings, indent=1, default=repr))
         tuner = tune.Tuner(
             "HCA",
-            param_space=build_param_space(envs, credits, seeds, overrides or {}, num_env_runners,
-                                          num_envs_per_env_runner, cpus_per_env_runner),
+            param_space=param_space,
             tune_config=tune.TuneConfig(
                 max_concurrent_trials=concurrent,
                 scheduler=chosen,

@@ -212,6 +212,7 @@ def _cases():
     add(["sweep"], "--envs")
     add(_sweep("--set", "nosuchkey=1"), "nosuchkey")
     add(_sweep("--set", "lr"), "key=value")
+    add(_sweep("--resume"), "nothing to resume")
     add(_sweep("--set", "grid:lr=5"), "grid:lr")
     add(_sweep("--set", "grid:lr=[]"), "grid:lr")
     add(_sweep("--set", "grid:lr=[1e-3,-1]"), "lr")

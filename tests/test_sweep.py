@@ -110,3 +110,245 @@ def test_tuned_example_sweeps_are_valid(which, trials):
     for env in kwargs["envs"]:  # every trial's config validates
         config = HCAConfig().update_from_dict({**kwargs["overrides"], "env": env})
         config.validate()
+
+
+def _rows(path: Path):
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def test_run_files_after_a_driver_restore_continue_the_stored_rows(tmp_path):
+    """A restoring driver stages each trial in a new, empty directory: the callback starts
+    from the rows in storage, replaces those past the restored checkpoint, and adds none
+    past a row that already reached the stop (a trial that finished after Tune's last
+    snapshot, which the restore runs one more iteration)."""
+    from types import SimpleNamespace
+
+    import pyarrow.fs
+
+    from hca_rllib.sweep import make_run_files_callback
+
+    def trial(name, stored_iterations):
+        storage, staging = tmp_path / "storage" / name, tmp_path / "staging" / name
+        storage.mkdir(parents=True)
+        if stored_iterations:
+            (storage / "run.json").write_text(json.dumps({"trial_id": name, "credit": "hca"}))
+            (storage / "results.jsonl").write_text("".join(
+                json.dumps({"iteration": i, "env_steps": 100 * i}) + "\n" for i in range(1, stored_iterations + 1)))
+        return SimpleNamespace(local_path=str(staging), path=str(storage), trial_id=name,
+                               storage=SimpleNamespace(storage_filesystem=pyarrow.fs.LocalFileSystem()),
+                               config={"env": "CartPole-v1", "credit": "hca", "seed": 0}), staging
+
+    def result(i):
+        return {"training_iteration": i, "num_env_steps_sampled_lifetime": 100 * i + 1, "time_total_s": 1.0 * i}
+
+    callback = make_run_files_callback(stop_timesteps=500)
+    running, running_dir = trial("running", 5)  # restored from its checkpoint at iteration 3
+    for i in (4, 5):
+        callback.on_trial_result(0, [], running, result(i))
+    assert [(x["iteration"], x["env_steps"]) for x in _rows(running_dir / "results.jsonl")] == [
+        (1, 100), (2, 200), (3, 300), (4, 401), (5, 501)]  # the stored rows, then the new ones
+    assert json.loads((running_dir / "run.json").read_text()) == {"trial_id": "running", "credit": "hca"}
+    finished, finished_dir = trial("finished", 5)  # reached 500 steps; restored from iteration 5
+    callback.on_trial_result(0, [], finished, result(6))
+    assert [x["iteration"] for x in _rows(finished_dir / "results.jsonl")] == [1, 2, 3, 4, 5]
+    fresh, fresh_dir = trial("fresh", 0)
+    callback.on_trial_result(0, [], fresh, result(1))
+    assert [x["iteration"] for x in _rows(fresh_dir / "results.jsonl")] == [1]
+    assert json.loads((fresh_dir / "run.json").read_text())["trial_id"] == "fresh"
+
+
+def _fake_sweep(directory: Path, **settings):
+    """An experiment directory as `sweep` leaves it, as far as `--resume` checks: Tune's
+    `tuner.pkl` (what `Tuner.can_restore` looks for) and the sweep's `sweep.json`."""
+    from hca_rllib.sweep import SWEEP_FILE, sweep_settings
+
+    directory.mkdir(parents=True)
+    (directory / "tuner.pkl").write_bytes(b"")
+    (directory / SWEEP_FILE).write_text(json.dumps(sweep_settings(**settings)))
+
+
+SMALL = dict(envs=["CartPole-v1"], credits=["a2c", "hca"], seeds=[0, 1], stop_timesteps=1000)
+
+
+def test_resume_without_a_sweep_or_with_another_grid_is_refused_in_one_line(tmp_path):
+    def sweep(**changes):
+        kwargs = dict(SMALL, storage_path=str(tmp_path), name="grid", wandb="off", report=False)
+        kwargs.update(changes)
+        with pytest.raises(ValueError) as info:
+            run_sweep(**kwargs)  # refused before Ray starts
+        assert "\n" not in str(info.value)
+        return str(info.value)
+
+    assert "nothing to resume in" in sweep(resume=True) and "start the sweep without --resume" in sweep(resume=True)
+    _fake_sweep(tmp_path / "grid", **SMALL, overrides={}, num_env_runners=0, num_envs_per_env_runner=8,
+                cpus_per_env_runner=0.5, scheduler="none", metric="env_runners/episode_return_mean",
+                max_failures=2, checkpoint_every=5)
+    assert "already holds a sweep: pass --resume" in sweep()
+    assert "started with --seeds 0,1, not 0,1,2" in sweep(resume=True, seeds=[0, 1, 2])
+    assert "started with --envs CartPole-v1, not CartPole-v1,Acrobot-v1" in sweep(
+        resume=True, envs=["CartPole-v1", "Acrobot-v1"])
+    assert "started with --stop-timesteps 1000, not 2000" in sweep(resume=True, stop_timesteps=2000)
+    assert "started with --set (none), not lr=0.001" in sweep(resume=True, overrides={"lr": 0.001})
+    assert "started with --checkpoint-every 5, not 1" in sweep(resume=True, checkpoint_every=1)
+
+
+# ----------------------------------------------------------------- kill and --resume
+
+RESUME_GRID = ["--envs", "CartPole-v1", "--credits", "a2c,hca", "--seeds", "0,1", "--stop-timesteps", "6144",
+               "--num-envs-per-env-runner", "4", "--set", "train_batch_size_per_learner=128",
+               "--checkpoint-every", "1", "--max-concurrent", "2", "--output", "sweeps", "--name", "grid",
+               "--wandb", "off"]
+
+
+def _snapshot(experiment: Path):
+    """What `Tuner.restore` will read: each trial's status and newest recorded checkpoint
+    iteration (0: none), from the newest experiment-state file."""
+    import cloudpickle
+
+    states = sorted(experiment.glob("experiment_state-*.json"))
+    try:
+        data = json.loads(states[-1].read_text()) if states else {"trial_data": []}
+    except (OSError, json.JSONDecodeError):  # being replaced as we read it
+        return {}
+    out = {}
+    for trial_json, metadata_json in data["trial_data"]:
+        trial, metadata = json.loads(trial_json), json.loads(metadata_json)
+        manager = cloudpickle.loads(bytes.fromhex(metadata["checkpoint_manager"]["value"]))
+        latest = manager.latest_checkpoint_result
+        out[trial["trial_id"]] = (trial["status"], latest.metrics["training_iteration"] if latest else 0)
+    return out
+
+
+def _trial_files(experiment: Path):
+    """trial id -> (run.json, results.jsonl rows, result.json rows, checkpoint dirs)."""
+    out = {}
+    for trial in sorted(p for p in experiment.iterdir() if (p / "run.json").exists()):
+        run = json.loads((trial / "run.json").read_text())
+        rows = [json.loads(x) for x in (trial / "results.jsonl").read_text().splitlines() if x.strip()]
+        tune_rows = [json.loads(x) for x in (trial / "result.json").read_text().splitlines() if x.strip()]
+        out[run["trial_id"]] = (run, rows, tune_rows, sorted(p.name for p in trial.glob("checkpoint_*")))
+    return out
+
+
+def _kill_tree(driver: subprocess.Popen) -> int:
+    """SIGKILL the driver, then every process it started (its embedded Ray: GCS, raylet,
+    workers), round by round until none is left; then any process still naming that Ray's
+    session. Returns how many processes were killed."""
+    import os
+    import signal
+
+    import psutil
+
+    tree = psutil.Process(driver.pid).children(recursive=True)
+    sessions = {part.split("=", 1)[1] for p in tree for part in _cmdline(p)
+                if part.startswith("--session-name=") or part.startswith("--session_name=")}
+    driver.send_signal(signal.SIGKILL)  # the fault: the sweep's driver dies at once
+    driver.wait()  # reaped here, so its exit status is the kill's
+    try:
+        os.killpg(driver.pid, signal.SIGKILL)  # its process group: the Ray it started
+    except ProcessLookupError:
+        pass
+    killed, alive = {driver.pid}, list(tree)
+    while alive:
+        for proc in list(alive):
+            try:
+                alive.extend(c for c in proc.children(recursive=True) if c not in alive)
+            except psutil.NoSuchProcess:
+                pass
+        for proc in alive:
+            try:
+                proc.kill()
+                killed.add(proc.pid)
+            except psutil.NoSuchProcess:
+                pass
+        gone, alive = psutil.wait_procs(alive, timeout=10)
+    stragglers = [p for p in psutil.process_iter() if p.pid != os.getpid()
+                  and any(s in " ".join(_cmdline(p)) for s in sessions)]
+    for proc in stragglers:
+        proc.kill()
+    psutil.wait_procs(stragglers, timeout=10)
+    return len(killed | {p.pid for p in stragglers})
+
+
+def _cmdline(proc):
+    import psutil
+
+    try:
+        return proc.cmdline()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return []
+
+
+@pytest.mark.slow  # two sweeps in subprocesses
+def test_killed_sweep_resumes_to_the_uninterrupted_grid(tmp_path):
+    """SIGKILL the `sweep` driver (and the Ray it started) once a trial has finished and
+    another is mid-run; `sweep --resume` finishes the grid: finished trials are not run
+    again, the running one continues from its last checkpoint, and every trial's rows are
+    iterations 1..N, each once, ending at the first to reach the stop, as an uninterrupted
+    trial's are."""
+    import time
+
+    import psutil
+
+    command = [sys.executable, "-m", "hca_rllib", "sweep", *RESUME_GRID]
+    experiment = tmp_path / "sweeps" / "grid"
+    log = open(tmp_path / "first.log", "w")
+    driver = subprocess.Popen(command, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline, state = time.time() + 900, {}
+    try:
+        while time.time() < deadline and driver.poll() is None:
+            time.sleep(1.0)
+            state = _snapshot(experiment)
+            done = [t for t, (status, _) in state.items() if status == "TERMINATED"]
+            mid = [t for t, (status, it) in state.items() if status == "RUNNING" and it >= 2]
+            if done and mid:
+                break
+        else:
+            pytest.fail(f"no moment with a finished and a running trial to kill at (exit {driver.poll()}); "
+                        f"last experiment state: {state}")
+        before = _trial_files(experiment)  # the state the kill leaves (after the snapshot)
+        killed = _kill_tree(driver)
+        assert killed >= 3  # the driver, Ray's GCS and raylet at least
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        driver.wait()
+        log.close()
+    assert driver.returncode == -9
+    leftover = [p for p in psutil.process_iter() if str(tmp_path) in " ".join(_cmdline(p))]
+    assert not leftover, leftover
+    state = _snapshot(experiment)  # may be a little newer than when the kill was decided
+    finished = {t for t, (status, _) in state.items() if status == "TERMINATED"}
+    running = {t: it for t, (status, it) in state.items() if status == "RUNNING" and it >= 1}
+    assert finished and running
+
+    resumed = subprocess.run(command + ["--resume"], cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "4 trials, 0 errored" in resumed.stdout
+    after = _trial_files(experiment)
+    assert {(r["env"], r["credit"], r["seed"]) for r, *_ in after.values()} == {
+        ("CartPole-v1", c, s) for c in ("a2c", "hca") for s in (0, 1)}
+    assert len(after) == 4 and set(after) >= set(before)
+    for trial_id, (run, rows, tune_rows, checkpoints) in after.items():
+        iterations = [x["iteration"] for x in rows]
+        assert iterations == list(range(1, len(rows) + 1)), (trial_id, iterations)
+        # As uninterrupted: the last row is the first to reach the stop.
+        assert rows[-1]["env_steps"] >= 6144 and all(x["env_steps"] < 6144 for x in rows[:-1]), trial_id
+        restarts = [x["training_iteration"] for x in tune_rows if x["iterations_since_restore"] == 1]
+        if trial_id in finished:  # not run again: nothing new on disk
+            assert (rows, tune_rows, checkpoints) == before[trial_id][1:], trial_id
+        elif trial_id in running:  # continued from its checkpoint, not from iteration 1
+            assert restarts == [1, running[trial_id] + 1], (trial_id, restarts, running[trial_id])
+            assert rows[:running[trial_id]] == before[trial_id][1][:running[trial_id]]
+        else:  # started after the resume
+            assert restarts == [1]
+    report = json.loads((experiment / "report" / "report.json").read_text())
+    page = (experiment / "report" / "report.md").read_text()
+    assert "| CartPole-v1 | A2C | 2 |" in page and "| CartPole-v1 | HCA (hca) | 2 |" in page
+    # The report's rows are those of an uninterrupted sweep: one per trial, from its rows.
+    runs = {(r["env"], r["method"], r["seed"]): r for r in report["runs"]}
+    assert set(runs) == {("CartPole-v1", m, s) for m in ("A2C", "HCA (hca)") for s in (0, 1)}
+    assert len(report["runs"]) == 4 and not report["skipped"] and not report["notes"]
+    for run, rows, *_ in after.values():
+        row = runs[("CartPole-v1", "A2C" if run["credit"] == "a2c" else "HCA (hca)", run["seed"])]
+        assert (row["iterations"], row["env_steps"], row["bad_lines"]) == (len(rows), rows[-1]["env_steps"], 0)
