@@ -94,7 +94,7 @@ FULL_SEEDS = 5
 LAST_K = 100
 BASELINE = "a2c"
 QUICK_STEPS = 3_000
-DEFAULT_METHOD = "expected_hca"  # issue 11's candidate default (common.DEFAULT_CREDIT)
+DEFAULT_METHOD = "expected_hca_blend_nomem"  # issue 11's second candidate (common.DEFAULT_CREDIT)
 # The screen that chose the defaults ran seeds 0 and 1 on four of the settings (key-to-door
 # L40 sd1 and L20 sd6, delayed effect L30 sd0 and L60 sd1); the summary also reports the
 # other seeds alone.

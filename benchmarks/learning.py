@@ -119,7 +119,7 @@ BASELINE = "a2c"
 QUICK_STEPS = 3_000
 QUICK_TASKS = ("minatar_Breakout", "umbrella_length_10")
 QUICK_METHODS = ("a2c", "expected_hca")
-DEFAULT_METHOD = "expected_hca"  # issue 11's candidate default (common.DEFAULT_CREDIT)
+DEFAULT_METHOD = "expected_hca_blend_nomem"  # issue 11's second candidate (common.DEFAULT_CREDIT)
 
 METHODS: Dict[str, Dict[str, Any]] = {
     # Before issue 11 (the settings of their stored runs, written out).
@@ -311,7 +311,7 @@ def aggregate(out: Path) -> Dict[str, Any]:
                        for d in by_s.values()})
     summary: Dict[str, Any] = {"command": command_line(), "cell_commands": commands,
                                "out": str(out), "tasks": {},
-                               "domains": {}, "normalisation": norms,
+                               "domains": {}, "pairwise": {}, "normalisation": norms,
                                "machine": machine_summary(runs)}
     for task in ordered(runs, TASKS):
         by_method = runs[task]
@@ -348,6 +348,7 @@ def aggregate(out: Path) -> Dict[str, Any]:
         summary["tasks"][task] = entry
     for domain in DOMAINS:
         summary["domains"][domain] = _domain_aggregate(runs, norms, domain)
+        summary["pairwise"][domain] = _pairwise_aggregate(runs, norms, domain)
     write_json(out / "summary.json", summary)
     (out / "summary.md").write_text(summary_markdown(summary))
     plot_curves(out, runs)
@@ -398,6 +399,26 @@ def _domain_aggregate(runs, norms, domain: str) -> Dict[str, Any]:
     return result
 
 
+def _pairwise_aggregate(runs, norms, domain: str) -> Dict[str, Any]:
+    """Each method against a2c alone, on the seeds complete for both (the domain
+    aggregate above uses the seeds complete for every method, so one method's unfinished
+    grid holds back every comparison)."""
+    result: Dict[str, Any] = {}
+    methods = ordered({m for t in runs for m in runs[t]}, METHODS)
+    for method in methods:
+        if method == BASELINE:
+            continue
+        pair = {t: {m: by_m[m] for m in (BASELINE, method) if m in by_m} for t, by_m in runs.items()}
+        agg = _domain_aggregate(pair, norms, domain)
+        stats = agg.get("methods", {}).get(method)
+        if stats is None or "iqm_difference_vs_a2c" not in stats:
+            continue
+        result[method] = {"seeds": agg["seeds"], "tasks": agg["tasks"],
+                          **{k: v for k, v in stats.items() if k != "normalised_scores"},
+                          "a2c_iqm": agg["methods"][BASELINE]["iqm"]}
+    return result
+
+
 def _ci(low: float, high: float, digits: int = 2, sign: bool = False) -> str:
     f = f"{{:{'+' if sign else ''}.{digits}f}}"
     return "[" + f.format(low) + ", " + f.format(high) + "]"
@@ -434,15 +455,20 @@ def targets(summary: Dict[str, Any]) -> Dict[str, Any]:
     minatar_seeds = len(summary["domains"].get("MinAtar", {}).get("seeds", []))
     # Issue 11, for the package default (DEFAULT_METHOD): never significantly worse than
     # a2c on a MinAtar game, and an aggregate IQM at least a2c's on MinAtar and on bsuite.
+    # Read on the seeds complete for a2c and the default (`pairwise`).
     default: Dict[str, Any] = {"method": DEFAULT_METHOD}
-    minatar = summary["domains"].get("MinAtar", {}).get("methods", {})
-    if DEFAULT_METHOD in minatar and minatar_seeds >= FULL_SEEDS:
+    pairwise = summary.get("pairwise", {})
+    minatar = pairwise.get("MinAtar", {}).get(DEFAULT_METHOD)
+    if minatar and len(minatar["seeds"]) >= FULL_SEEDS:
         default["minatar_worse_games"] = worse.get(DEFAULT_METHOD, [])
-        default["minatar_iqm_difference"] = minatar[DEFAULT_METHOD]["iqm_difference_vs_a2c"]["point"]
+        default["minatar_iqm_difference"] = minatar["iqm_difference_vs_a2c"]["point"]
+        default["minatar_iqm_difference_ci"] = minatar["iqm_difference_vs_a2c"]["ci"]
         default["minatar_met"] = (not default["minatar_worse_games"]
                                   and default["minatar_iqm_difference"] >= 0)
-    if DEFAULT_METHOD in bsuite and bsuite_seeds >= FULL_SEEDS:
-        default["bsuite_iqm_difference"] = bsuite[DEFAULT_METHOD]["iqm_difference_vs_a2c"]["point"]
+    umbrella = pairwise.get("bsuite", {}).get(DEFAULT_METHOD)
+    if umbrella and len(umbrella["seeds"]) >= FULL_SEEDS:
+        default["bsuite_iqm_difference"] = umbrella["iqm_difference_vs_a2c"]["point"]
+        default["bsuite_iqm_difference_ci"] = umbrella["iqm_difference_vs_a2c"]["ci"]
         default["bsuite_met"] = default["bsuite_iqm_difference"] >= 0
     return {
         "default": default,
@@ -502,11 +528,13 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
             f"- Issue 11's candidate default `{d11['method']}` on MinAtar (significantly worse than a2c on "
             f"no game, aggregate IQM at least a2c's): worse on "
             f"{', '.join(d11['minatar_worse_games']) or 'no game'}, IQM difference "
-            f"{d11['minatar_iqm_difference']:+.3f}: {verdict[d11['minatar_met']]}.")
+            f"{d11['minatar_iqm_difference']:+.3f} {_ci(*d11['minatar_iqm_difference_ci'], 3, True)} "
+            f"(seeds complete for both): {verdict[d11['minatar_met']]}.")
     if "bsuite_met" in d11:
         lines.append(
             f"- Issue 11's candidate default `{d11['method']}` on the bsuite credit tasks (aggregate IQM at "
-            f"least a2c's): IQM difference {d11['bsuite_iqm_difference']:+.3f}: "
+            f"least a2c's): IQM difference {d11['bsuite_iqm_difference']:+.3f} "
+            f"{_ci(*d11['bsuite_iqm_difference_ci'], 3, True)} (seeds complete for both): "
             f"{verdict[d11['bsuite_met']]}.")
     if not t["minatar_significantly_worse_games"]:
         lines.append("- MinAtar: no complete seed of every method yet.")
@@ -533,6 +561,16 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
                 f"{s['iqm']:.3f} {_ci(*s['iqm_ci'], 3)} | {diff_text} | "
                 f"{s['optimality_gap']:.3f} {_ci(*s['optimality_gap_ci'], 3)} | "
                 f"{fmt(s.get('probability_of_improvement'))} |")
+    lines += ["", "## Each method against a2c alone (seeds complete for both)", "",
+              "| domain | method | seeds | IQM | a2c IQM | IQM - a2c (95% CI) | P(> a2c) |",
+              "|---|---|---|---|---|---|---|"]
+    for domain, by_method in summary.get("pairwise", {}).items():
+        for method, s in by_method.items():
+            diff = s["iqm_difference_vs_a2c"]
+            lines.append(
+                f"| {domain} ({len(s['tasks'])} tasks) | {method} | {len(s['seeds'])} | "
+                f"{s['iqm']:.3f} | {s['a2c_iqm']:.3f} | {diff['point']:+.3f} "
+                f"{_ci(*diff['ci'], 3, True)} | {fmt(s.get('probability_of_improvement'))} |")
     lines += ["", "## Per task (final score: mean return of the last 100 episodes; umbrella: mean "
               "terminal reward of the last 100 episodes)", "",
               "| task | method | seeds | IQM (95% CI) | paired diff vs a2c (95% CI) | "
