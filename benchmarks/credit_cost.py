@@ -3,9 +3,13 @@
 MinAtar Breakout with the MinAtar tuned example's settings (`tuned_examples/common.py`
 `minatar_config`: 8 envs x 64 steps, one local EnvRunner, MinAtar's network), one torch
 thread. Every variant is built once, warmed up for 3 iterations, then the variants take
-turns, one training iteration each, for `--rounds` rounds: machine noise hits them alike.
-The figure is the median iteration time (sampling and update) and its ratio to A2C's
-(`A2CConfig`, no classifier at all).
+turns, `--block` training iterations each (then the Learner's background classifier
+passes, if any, are waited for, inside the timed block: `hindsight_overlap` runs them
+while the next batch is sampled, so one variant's passes must not spill into the next
+variant's turn), for `--rounds` rounds: machine noise hits them alike. The figures are
+the median iteration time (sampling and update, block time / block) and its ratio to
+A2C's (`A2CConfig`, no classifier at all), on the wall clock and in CPU time of the
+process (all its threads: the local EnvRunner and Learner run in it).
 
 Variants:
   * `a2c`: A2C, no classifier.
@@ -19,6 +23,8 @@ Variants:
   * `expected_hca_e0`: the same with no extra pass (one classifier step per batch).
   * `expected_hca_blend_nomem`: issue 11's second candidate (`DEFAULT_CREDIT`: the
     first with `trust_calibration="blend"` and no memory).
+  * `expected_hca_blend_nomem_inline`: the same with `hindsight_overlap=False` (the
+    extra passes inside the update, not beside the next sample).
 
     .venv/bin/python benchmarks/credit_cost.py              # 10 rounds, results in
                                                             # benchmarks/results/credit_cost/
@@ -51,13 +57,14 @@ VARIANTS = {
     "expected_hca_e1": ("HCA", {**FIRST_CANDIDATE, "hindsight_epochs": 1, "hindsight_memory": 0}),
     "expected_hca_e0": ("HCA", {**FIRST_CANDIDATE, "hindsight_epochs": 0, "hindsight_memory": 0}),
     "expected_hca_blend_nomem": ("HCA", dict(DEFAULT_CREDIT)),
+    "expected_hca_blend_nomem_inline": ("HCA", {**DEFAULT_CREDIT, "hindsight_overlap": False}),
 }
 QUICK_VARIANTS = ("a2c", "expected_hca_blend_nomem")
 CANDIDATE = "expected_hca_blend_nomem"  # the variant the target is read from
 TARGET = 0.9  # issue 11: the default runs at >= 0.9x A2C's steps/s
 
 
-def measure(variants, rounds: int, game: str = "Breakout"):
+def measure(variants, rounds: int, game: str = "Breakout", block: int = 4):
     import ray
     import torch
 
@@ -76,31 +83,45 @@ def measure(variants, rounds: int, game: str = "Breakout"):
             algos[name] = config.debugging(seed=0).build_algo()
             for _ in range(3):
                 algos[name].train()
+        from hca_rllib import training_module
+
+        for algo in algos.values():
+            training_module(algo)  # the warm-up's background passes, if any
         times = {name: [] for name in variants}
+        cpu = {name: [] for name in variants}
         for _ in range(rounds):
             for name, algo in algos.items():
-                start = time.perf_counter()
-                algo.train()
-                times[name].append(time.perf_counter() - start)
+                start, start_cpu = time.perf_counter(), time.process_time()
+                for _ in range(block):
+                    algo.train()
+                training_module(algo)  # waits for the Learner's background passes
+                times[name].append((time.perf_counter() - start) / block)
+                cpu[name].append((time.process_time() - start_cpu) / block)
         batch = algos[variants[0]].config.total_train_batch_size
     finally:
         for algo in algos.values():
             algo.stop()
         ray.shutdown()
-    base = statistics.median(times["a2c"])
+    base, base_cpu = statistics.median(times["a2c"]), statistics.median(cpu["a2c"])
     return {name: {"median_iteration_s": statistics.median(t), "iterations_s": t,
+                   "median_iteration_cpu_s": statistics.median(cpu[name]),
                    "env_steps_per_s": batch / statistics.median(t),
-                   "ratio_to_a2c": base / statistics.median(t)} for name, t in times.items()}
+                   "ratio_to_a2c": base / statistics.median(t),
+                   "cpu_ratio_to_a2c": base_cpu / statistics.median(cpu[name])}
+            for name, t in times.items()}
 
 
 def markdown(summary) -> str:
     lines = ["# Credit cost: steps per second against A2C (MinAtar Breakout, one run)", "",
              f"Produced by: `{summary['command']}`; settings: the docstring of "
              "`benchmarks/credit_cost.py`.", "", f"Machine: {summary['machine']}.", "",
-             "| variant | median iteration (ms) | env steps/s | ratio to a2c |", "|---|---|---|---|"]
+             "| variant | median iteration (ms) | env steps/s | ratio to a2c | CPU ms per iteration | "
+             "ratio to a2c per CPU-second |", "|---|---|---|---|---|---|"]
     for name, r in summary["variants"].items():
+        cpu = r.get("median_iteration_cpu_s")
         lines.append(f"| {name} | {1000 * r['median_iteration_s']:.1f} | {r['env_steps_per_s']:.0f} | "
-                     f"{r['ratio_to_a2c']:.2f} |")
+                     f"{r['ratio_to_a2c']:.2f} | {'—' if cpu is None else f'{1000 * cpu:.1f}'} | "
+                     f"{'—' if cpu is None else format(r['cpu_ratio_to_a2c'], '.2f')} |")
     ratio = summary["variants"].get(CANDIDATE, {}).get("ratio_to_a2c")
     if ratio is not None:
         lines += ["", f"Target (issue 11): the candidate default `{CANDIDATE}` at >= {TARGET}x A2C: "
@@ -112,17 +133,20 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2 rounds, a2c and expected_hca_blend_nomem, temp dir")
     parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--block", type=int, default=4, help="iterations per variant's turn")
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=None,
                         help="a subset of the variants (a2c is always measured: the ratios need it)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error("--rounds must be >= 1")
+    if args.block < 1:
+        parser.error("--block must be >= 1")
     out = args.out or (Path(tempfile.mkdtemp(prefix="hca_credit_cost_quick_")) if args.quick else DEFAULT_OUT)
     variants = list(QUICK_VARIANTS if args.quick else (args.variants or VARIANTS))
     if "a2c" not in variants:
         variants.insert(0, "a2c")
-    results = measure(variants, 2 if args.quick else args.rounds)
+    results = measure(variants, 2 if args.quick else args.rounds, block=1 if args.quick else args.block)
     summary = {"command": command_line(), "machine": _machine(), "variants": results}
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "summary.json", summary)
