@@ -23,8 +23,8 @@ Variants:
   * `expected_hca_e0`: the same with no extra pass (one classifier step per batch).
   * `expected_hca_blend_nomem`: issue 11's second candidate (`DEFAULT_CREDIT`: the
     first with `trust_calibration="blend"` and no memory).
-  * `expected_hca_blend_nomem_inline`: the same with `hindsight_overlap=False` (the
-    extra passes inside the update, not beside the next sample).
+  * `expected_hca_blend_nomem_overlap`: the same with `hindsight_overlap=True` (the
+    extra passes in a background thread beside the next sample, not inside the update).
 
     .venv/bin/python benchmarks/credit_cost.py              # 10 rounds, results in
                                                             # benchmarks/results/credit_cost/
@@ -57,7 +57,7 @@ VARIANTS = {
     "expected_hca_e1": ("HCA", {**FIRST_CANDIDATE, "hindsight_epochs": 1, "hindsight_memory": 0}),
     "expected_hca_e0": ("HCA", {**FIRST_CANDIDATE, "hindsight_epochs": 0, "hindsight_memory": 0}),
     "expected_hca_blend_nomem": ("HCA", dict(DEFAULT_CREDIT)),
-    "expected_hca_blend_nomem_inline": ("HCA", {**DEFAULT_CREDIT, "hindsight_overlap": False}),
+    "expected_hca_blend_nomem_overlap": ("HCA", {**DEFAULT_CREDIT, "hindsight_overlap": True}),
 }
 QUICK_VARIANTS = ("a2c", "expected_hca_blend_nomem")
 CANDIDATE = "expected_hca_blend_nomem"  # the variant the target is read from

@@ -136,7 +136,10 @@ HCA_TRAINING_DEFAULTS: Dict[str, Any] = {
     # EnvRunners do not have, and the Learner waits for them before anything reads its
     # module again (the next update, get_state, weight syncs), so the numbers are the same
     # either way. Their loss (`hindsight_loss_extra_passes`) then shows one iteration later.
-    "hindsight_overlap": True,
+    # Off by default: with a local EnvRunner on MinAtar it bought nothing (0.83x A2C
+    # with and without, benchmarks/results/credit_cost_overlap/): the passes' many small
+    # ops and the sampling loop contend for the interpreter lock.
+    "hindsight_overlap": False,
     # `rmsprop` (A2C's usual, with `rmsprop_alpha`) or `adam`; `optimizer_eps` for both.
     # (Not `optimizer`: that name is RLlib's own optimizer dict.)
     "optimizer_type": "rmsprop",

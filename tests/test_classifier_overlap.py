@@ -82,7 +82,7 @@ def test_passes_fit_the_policy_before_the_update(ray_local, monkeypatch):
 
     monkeypatch.setattr(HCATorchLearner, "_update", update)
     monkeypatch.setattr(HCATorchLearner, "_classifier_passes", passes)
-    _run(_config(), 2)
+    _run(_config(hindsight_overlap=True), 2)
     assert len(seen) == 4
     for before, handed in (seen[0:2], seen[2:4]):
         assert torch.equal(before[0], handed[0]) and torch.equal(before[1], handed[1])
@@ -94,7 +94,7 @@ def test_an_error_in_the_background_passes_surfaces(ray_local, monkeypatch):
         raise RuntimeError("classifier pass failed")
 
     monkeypatch.setattr(HCATorchLearner, "_extra_hindsight_passes", fail)
-    algo = _config().build_algo()
+    algo = _config(hindsight_overlap=True).build_algo()
     try:
         algo.train()  # the passes run after this update returns
         with pytest.raises(RuntimeError, match="classifier pass failed"):
