@@ -101,14 +101,15 @@ class DiskWriteError(Exception):
 
 
 def _os_error(error: BaseException) -> Optional[OSError]:
-    """The OSError behind `error`: itself, or one it was raised from (a Ray task error
-    wraps the remote one as `cause`)."""
+    """The OSError behind `error`: itself, or one it was raised from (`raise ... from`;
+    a Ray task error holds the remote one as `cause`). An error merely raised while
+    another was handled (`__context__`) is not taken for it."""
     seen = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
         if isinstance(error, OSError):
             return error
-        error = getattr(error, "cause", None) or error.__cause__ or error.__context__
+        error = getattr(error, "cause", None) or error.__cause__
     return None
 
 
