@@ -5,7 +5,9 @@
 `hca_rllib.runner`): the resolved config, one JSON line per iteration, TensorBoard and
 W&B logs, and checkpoints that `--resume` continues from. `evaluate` plays a checkpoint;
 `report` turns run directories into learning curves, tables and a Markdown page.
-Bad arguments exit with status 2 and a one-line message. Every path argument may be
+Bad arguments exit with status 2 and a one-line message; a write into the run directory
+that fails (a full disk) exits with status 74 (EX_IOERR) and one line naming the file or
+directory and the free space, the previous checkpoint kept for `--resume`. Every path argument may be
 relative (to the working directory) or start with `~`; it is made absolute once, here.
 """
 
@@ -143,7 +145,7 @@ TRAIN_ARGS = ("algo", "credit", "env", "seed", "num_env_runners", "num_envs_per_
 
 
 def train(args: argparse.Namespace) -> int:
-    from hca_rllib.runner import restore_run_args, run_training
+    from hca_rllib.runner import DiskWriteError, newest_valid_checkpoint, restore_run_args, run_training
 
     output = args.output  # absolute (path_argument)
     try:
@@ -173,12 +175,18 @@ def train(args: argparse.Namespace) -> int:
         "command": shlex.join(["hca-rllib", *sys.argv[1:]]),
         "args": stored_args,
     }
-    last = run_training(
-        config, output, args.stop_timesteps, run_info=run_info, resume=args.resume,
-        checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints,
-        wandb=args.wandb, wandb_project=args.wandb_project, tensorboard=not args.no_tensorboard,
-        address=args.address, torch_threads=args.torch_threads, progress_every=args.progress_every,
-    )
+    try:
+        last = run_training(
+            config, output, args.stop_timesteps, run_info=run_info, resume=args.resume,
+            checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints,
+            wandb=args.wandb, wandb_project=args.wandb_project, tensorboard=not args.no_tensorboard,
+            address=args.address, torch_threads=args.torch_threads, progress_every=args.progress_every,
+        )
+    except DiskWriteError as error:  # say what --resume will continue from
+        newest = newest_valid_checkpoint(output, lambda _: None)
+        then = (f"--resume continues from {newest.name}" if newest is not None
+                else "no checkpoint yet: --resume starts over")
+        raise DiskWriteError(f"{error}; {then} once space is freed", error.errno) from None
     print(f"done: {last['env_steps']:,} env steps, {last['iteration']} iterations; run in {output}")
     return 0
 
@@ -268,7 +276,7 @@ def make_parser() -> argparse.ArgumentParser:
 def main(argv: List[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
     from hca_rllib.envs import EnvResolutionError
-    from hca_rllib.runner import CheckpointError, ResultsError
+    from hca_rllib.runner import EXIT_DISK, CheckpointError, DiskWriteError, ResultsError
 
     try:
         if args.command == "train":
@@ -284,6 +292,9 @@ def main(argv: List[str] | None = None) -> int:
     except (UsageError, CheckpointError, EnvResolutionError, ResultsError) as error:
         print(f"hca-rllib: error: {error}", file=sys.stderr)
         return 2
+    except DiskWriteError as error:
+        print(f"hca-rllib: error: {error}", file=sys.stderr)
+        return EXIT_DISK
     except KeyboardInterrupt:
         print("hca-rllib: interrupted; the last checkpoint is kept (resume with --resume)", file=sys.stderr)
         return 130

@@ -15,10 +15,17 @@ skipping (with a warning) any that a kill or a disk error left damaged, restores
 step counter, optimizer state and the driver's RNG state, and cuts ``results.jsonl`` back
 to that checkpoint's iteration, so a killed run loses only the iterations since its last
 checkpoint and no result line is duplicated.
+
+A write into the run directory that fails (a full disk, ``ENOSPC``; a quota, ``EDQUOT``;
+any other ``OSError``) removes what it half wrote (the temporary checkpoint directory, a
+torn results line) and raises :class:`DiskWriteError`: one line naming the file or
+directory and the space left on its file system. The previous checkpoint stays the newest
+valid one, so ``--resume`` continues from it once space is freed.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -27,8 +34,10 @@ import os
 import pickle
 import random
 import shutil
+import socket
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
@@ -73,6 +82,144 @@ RESULT_KEYS = {
 
 class CheckpointError(Exception):
     """A checkpoint that cannot be used (missing, damaged), with the reason."""
+
+
+# ------------------------------------------------------------------ failed writes
+
+# The exit status of `hca-rllib train` when a write into the run directory fails (a full
+# disk): sysexits.h's EX_IOERR, distinct from a bad argument (2) and a crash (1).
+EXIT_DISK = 74
+
+
+class DiskWriteError(Exception):
+    """A write into the run directory that failed (a full disk, a quota, an I/O error):
+    one line naming what was written, where, why, and the space left there. Whatever the
+    write left half done has been removed; the previous checkpoint is intact."""
+
+    def __init__(self, message: str, errno_: Optional[int] = None):
+        super().__init__(message)
+        self.errno = errno_
+
+
+def _os_error(error: BaseException) -> Optional[OSError]:
+    """The OSError behind `error`: itself, or one it was raised from (`raise ... from`;
+    a Ray task error holds the remote one as `cause`). An error merely raised while
+    another was handled (`__context__`) is not taken for it."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError):
+            return error
+        error = getattr(error, "cause", None) or error.__cause__
+    return None
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"  # unreachable
+
+
+def free_space(path) -> str:
+    """'<free> free on <mount point>' for the file system holding `path` (or its nearest
+    existing parent), from shutil.disk_usage; 'free space unknown' where that fails."""
+    path = Path(path)
+    while not path.exists() and path.parent != path:
+        path = path.parent
+    try:
+        free = shutil.disk_usage(path).free
+    except OSError:
+        return "free space unknown"
+    mount = path.resolve()
+    while not os.path.ismount(mount) and mount.parent != mount:
+        mount = mount.parent
+    return f"{_size(free)} free on {mount}"
+
+
+def disk_error(what: str, path, error: BaseException) -> DiskWriteError:
+    """The one-line DiskWriteError for `error` (an OSError, or one raised from one) met
+    while doing `what` ('checkpoint write') to `path`."""
+    os_error = _os_error(error) or error
+    code = getattr(os_error, "errno", None)
+    text = str(os_error)
+    if code is None:  # an error that only says it in words (pyarrow's may)
+        for known in (errno.ENOSPC, errno.EDQUOT):
+            if os.strerror(known).lower() in text.lower():
+                code = known
+    reason = os.strerror(code) if code else (text.splitlines()[0] if text.strip() else type(os_error).__name__)
+    reason = reason[:1].lower() + reason[1:]
+    return DiskWriteError(f"{what} to {str(path)!r} failed: {reason} ({free_space(path)})", code)
+
+
+@contextmanager
+def writing(what: str, path):
+    """Turn an OSError raised inside into `disk_error(what, path, ...)`."""
+    try:
+        yield
+    except DiskWriteError:
+        raise
+    except Exception as error:
+        if _os_error(error) is None:
+            raise
+        raise disk_error(what, path, error) from None
+
+
+def write_file(path: Path, data: bytes) -> None:
+    """Write `data` to `path` atomically (a temporary beside it, synced, renamed over
+    it): a failed write leaves the old file as it was and no temporary behind."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
+
+
+class ResultsFile:
+    """results.jsonl opened for appending, a line at a time. A line that fails to write
+    (a full disk) is cut off again, so the file ends on a whole line, and raises
+    DiskWriteError; were the cut to fail too, the torn last line is what `read_results`
+    skips."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        with writing("results write", self.path):
+            self.handle = open(self.path, "ab", buffering=0)
+
+    def append(self, line: Dict[str, Any]) -> None:
+        data = memoryview((json.dumps(line) + "\n").encode())
+        start = self.handle.tell()
+        try:
+            while data:
+                written = self.handle.write(data)
+                data = data[written:]
+        except Exception as error:
+            try:
+                self.handle.truncate(start)
+            except OSError:
+                pass
+            if _os_error(error) is None:
+                raise
+            raise disk_error("results write", self.path, error) from None
+
+    def close(self) -> None:
+        self.handle.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
 
 # ------------------------------------------------------------------ paths
@@ -196,29 +343,73 @@ def _fsync_tree(directory: Path) -> None:
                 os.fsync(f.fileno())
 
 
-def save_checkpoint(algo, run_dir: Path, iteration: int, env_steps: int, keep: int = 3) -> Path:
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save_checkpoint(algo, run_dir: Path, iteration: int, env_steps: int, keep: int = 3,
+                    warn: Optional[Callable[[str], None]] = None) -> Path:
     """Write a checkpoint atomically: into a temporary directory, verified by hashes,
-    then renamed to `checkpoints/iter_NNNNNN`. Keeps the newest `keep` checkpoints."""
+    synced, then renamed to `checkpoints/iter_NNNNNN`. Keeps the newest `keep` checkpoints.
+
+    A write that fails (RLlib's files, the RNG state, the hashes, the sync or the rename;
+    a full disk) removes the temporary directory and raises DiskWriteError naming the
+    checkpoint and the free space: the previous checkpoint stays the newest valid one.
+    A failure while pruning old checkpoints is only a warning (`warn`): the new one is
+    complete."""
     root = Path(run_dir) / CHECKPOINTS
-    root.mkdir(parents=True, exist_ok=True)
     final = root / f"iter_{iteration:06d}"
     tmp = root / f".tmp_iter_{iteration:06d}_{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    algo.save_to_path(str(tmp.resolve()))
-    with open(tmp / RNG_STATE, "wb") as f:
-        pickle.dump(_rng_state(), f)
-    from hca_rllib import __version__
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        algo.save_to_path(str(tmp.resolve()))
+        with open(tmp / RNG_STATE, "wb") as f:
+            pickle.dump(_rng_state(), f)
+        from hca_rllib import __version__
 
-    meta = {"iteration": iteration, "env_steps": env_steps, "time": time.time(),
-            "package_version": __version__, "files": _file_hashes(tmp)}
-    (tmp / CHECKPOINT_META).write_text(json.dumps(meta, indent=1))
-    _fsync_tree(tmp)
-    if final.exists():
-        _remove(final)
-    os.rename(tmp, final)
+        meta = {"iteration": iteration, "env_steps": env_steps, "time": time.time(),
+                "package_version": __version__, "files": _file_hashes(tmp)}
+        with open(tmp / CHECKPOINT_META, "w") as f:
+            f.write(json.dumps(meta, indent=1))
+        _fsync_tree(tmp)
+        _rename_into_place(tmp, final)
+    except BaseException as error:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(error, Exception) and _os_error(error) is not None:
+            raise disk_error("checkpoint write", final, error) from None
+        raise
     for old in sorted(root.glob("iter_*"))[:-keep] if keep > 0 else []:
-        _remove(old)
+        try:
+            _remove(old)
+        except OSError as error:
+            if warn is not None:
+                warn(f"could not remove old checkpoint {str(old)!r}: {error}")
     return final
+
+
+def _rename_into_place(tmp: Path, final: Path) -> None:
+    """`tmp` renamed to `final` and the rename synced; on a failure, `final` is as it was
+    (an old checkpoint of that name is put back) and `tmp` holds the new files."""
+    old = final.with_name(f".trash_{final.name}_{os.getpid()}")
+    if final.exists():
+        os.rename(final, old)
+    try:
+        os.rename(tmp, final)
+        try:
+            _fsync_directory(final.parent)
+        except BaseException:
+            os.rename(final, tmp)
+            raise
+    except BaseException:
+        if old.exists():
+            os.rename(old, final)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _remove(path: Path) -> None:
@@ -381,21 +572,49 @@ def restore_rng_state(path: Path) -> None:
 class TensorBoardLogger:
     """Scalars against env steps. On resume, `purge_step` (the first step after the
     checkpoint) tells TensorBoard to hide the killed run's points from there on, so the
-    curves do not overlap where iterations are run again."""
+    curves do not overlap where iterations are run again.
+
+    Events are written synchronously (tensorboardX's `EventsWriter`, flushed and synced
+    every iteration), not through `SummaryWriter`'s writer thread and exit hook: a write
+    that fails (a full disk) raises here, as DiskWriteError, rather than in a thread
+    whose queue then blocks the run, or at interpreter exit with a traceback."""
 
     def __init__(self, directory: Path, purge_step: Optional[int] = None):
-        from tensorboardX import SummaryWriter
+        from tensorboardX.event_file_writer import EventsWriter
+        from tensorboardX.proto.event_pb2 import Event, SessionLog
 
-        self.writer = SummaryWriter(str(directory), purge_step=purge_step)
+        self.directory = Path(directory)
+        with writing("TensorBoard write", self.directory):
+            self.directory.mkdir(parents=True, exist_ok=True)
+            # EventsWriter names its file by the second and host and opens it with "wb":
+            # a second writer within the same second (a quick resume) would truncate the
+            # first one's file, so it gets a suffix.
+            stem = f"events.out.tfevents.{str(time.time())[:10]}.{socket.gethostname()}"
+            suffix, n = "", 0
+            while (self.directory / (stem + suffix)).exists():
+                n += 1
+                suffix = f".{n}"
+            self.writer = EventsWriter(str(self.directory / "events"), filename_suffix=suffix)
+            if purge_step is not None:  # as SummaryWriter(purge_step=...) writes it
+                self.writer.write_event(Event(step=purge_step, file_version="brain.Event:2"))
+                self.writer.write_event(Event(step=purge_step, session_log=SessionLog(status=SessionLog.START)))
+            self.writer.flush()
 
     def log(self, line: Dict[str, Any]) -> None:
-        for key, value in line.items():
-            if key not in ("iteration", "env_steps") and isinstance(value, (int, float)):
-                self.writer.add_scalar(key, value, global_step=line["env_steps"])
-        self.writer.flush()
+        from tensorboardX.proto.event_pb2 import Event
+        from tensorboardX.proto.summary_pb2 import Summary
+
+        with writing("TensorBoard write", self.directory):
+            for key, value in line.items():
+                if key not in ("iteration", "env_steps") and isinstance(value, (int, float)):
+                    summary = Summary(value=[Summary.Value(tag=key, simple_value=float(value))])
+                    self.writer.write_event(Event(wall_time=time.time(), step=int(line["env_steps"]),
+                                                  summary=summary))
+            self.writer.flush()
 
     def close(self) -> None:
-        self.writer.close()
+        with writing("TensorBoard write", self.directory):
+            self.writer.close()
 
 
 def wandb_mode(requested: str = "auto") -> Optional[str]:
@@ -418,6 +637,7 @@ class WandbLogger:
                  config: Dict[str, Any], resume_id: Optional[str] = None):
         import wandb
 
+        self.directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         self.run = wandb.init(
             project=project, group=group, name=name, job_type="train", config=config,
@@ -427,7 +647,10 @@ class WandbLogger:
         self.id = self.run.id
 
     def log(self, line: Dict[str, Any]) -> None:
-        self.run.log({k: v for k, v in line.items() if v is not None}, step=line["env_steps"])
+        # wandb writes from its own service process: a full disk there does not reach
+        # this call; what does (a local OSError) is the same one-line error.
+        with writing("W&B write", self.directory):
+            self.run.log({k: v for k, v in line.items() if v is not None}, step=line["env_steps"])
 
     def close(self) -> None:
         self.run.finish()
@@ -646,7 +869,9 @@ def run_training(
     Returns the last results line. With `resume`, continues from the newest valid
     checkpoint in `run_dir` (or starts over, with a warning, if there is none). `progress`
     shows a bar on a terminal, else a line per iteration, at most one every
-    `progress_every` seconds (see Progress).
+    `progress_every` seconds (see Progress). A write into `run_dir` that fails (a full
+    disk) stops the run with DiskWriteError (one line) and leaves the previous checkpoint
+    as the newest valid one (see `save_checkpoint`, `ResultsFile`, `TensorBoardLogger`).
     """
     if torch_threads:
         # The driver holds the local EnvRunner and learner; Ray's own workers run torch
@@ -656,7 +881,8 @@ def run_training(
 
         torch.set_num_threads(torch_threads)
     run_dir = user_path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    with writing("creating the run directory", run_dir):
+        run_dir.mkdir(parents=True, exist_ok=True)
     results_path = run_dir / "results.jsonl"
     run_json = run_dir / "run.json"
     info = dict(run_info)
@@ -676,6 +902,7 @@ def run_training(
     algo = config.build_algo()
     loggers: List[Any] = []
     display: Optional[Progress] = None
+    disk_failed = False
     try:
         if resume:
             remove_partial_checkpoints(run_dir)
@@ -688,12 +915,13 @@ def run_training(
                   f"{meta['env_steps']:,} env steps)", flush=True)
         else:
             kept = []
-            (run_dir / "config.json").write_text(json.dumps(flat_config(config), indent=1))
+            with writing("config.json write", run_dir / "config.json"):
+                write_file(run_dir / "config.json", json.dumps(flat_config(config), indent=1).encode())
         # Rewrite results.jsonl with the lines the checkpoint covers (atomically).
-        tmp = results_path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(json.dumps(line) + "\n" for line in kept))
-        os.replace(tmp, results_path)
-        run_json.write_text(json.dumps(info, indent=1, default=repr))
+        with writing("results write", results_path):
+            write_file(results_path, "".join(json.dumps(line) + "\n" for line in kept).encode())
+        with writing("run.json write", run_json):
+            write_file(run_json, json.dumps(info, indent=1, default=repr).encode())
 
         if tensorboard:
             purge = kept[-1]["env_steps"] + 1 if (checkpoint is not None and kept) else None
@@ -705,28 +933,31 @@ def run_training(
                                        {**flat_config(config), "run": info}, resume_id=info.get("wandb_id"))
             if info.get("wandb_id") != wandb_logger.id:
                 info["wandb_id"] = wandb_logger.id
-                run_json.write_text(json.dumps(info, indent=1, default=repr))
+                with writing("run.json write", run_json):
+                    write_file(run_json, json.dumps(info, indent=1, default=repr).encode())
             loggers.append(wandb_logger)
         display = Progress(stop_timesteps, every_s=progress_every) if progress else None
 
         line = kept[-1] if kept else {"env_steps": 0, "iteration": 0}
         last_saved = line["iteration"]
-        with open(results_path, "a") as results:
+        with ResultsFile(results_path) as results:
             for _, line, rate in training_iterations(algo, stop_timesteps, start=line):
-                results.write(json.dumps(line) + "\n")
-                results.flush()
+                results.append(line)
                 for log in loggers:
                     log.log(line)
                 if display:
                     display.show(line, rate)
                 if checkpoint_every > 0 and line["iteration"] % checkpoint_every == 0:
-                    save_checkpoint(algo, run_dir, line["iteration"], line["env_steps"], keep_checkpoints)
+                    save_checkpoint(algo, run_dir, line["iteration"], line["env_steps"], keep_checkpoints, warn)
                     last_saved = line["iteration"]
         if display:
             display.close()
         if line["iteration"] != last_saved or not checkpoints_newest_first(run_dir):
-            save_checkpoint(algo, run_dir, line["iteration"], line["env_steps"], keep_checkpoints)
+            save_checkpoint(algo, run_dir, line["iteration"], line["env_steps"], keep_checkpoints, warn)
         return line
+    except DiskWriteError:
+        disk_failed = True  # the one line says it all: loggers close quietly below
+        raise
     finally:
         if display:  # also on Ctrl-C or an error: end the bar's line, show a held-back line
             display.close()
@@ -734,5 +965,6 @@ def run_training(
             try:
                 log.close()
             except Exception as error:  # a logger must not hide the run's own outcome
-                warn(f"closing {type(log).__name__} failed: {error}")
+                if not disk_failed:
+                    warn(f"closing {type(log).__name__} failed: {error}")
         algo.stop()

@@ -154,7 +154,7 @@ def main(make_config: Callable[..., Any], *, budget: int, expected: Dict[str, An
          default_output: str, argv=None, description: str = "") -> Dict[str, Any]:
     """Parse the command line, build `make_config(algo, credit, num_env_runners=...)`,
     seed it and train it with `hca_rllib.runner.run_training`; returns the last results line."""
-    from hca_rllib.runner import restore_run_args, run_training
+    from hca_rllib.runner import EXIT_DISK, DiskWriteError, restore_run_args, run_training
 
     parser = make_parser(budget, default_output, description)
     args = parser.parse_args(argv)
@@ -183,11 +183,15 @@ def main(make_config: Callable[..., Any], *, budget: int, expected: Dict[str, An
         "command": shlex.join([sys.executable, *sys.argv]),
         "args": {key: getattr(args, key) for key in RUN_ARGS},
     }
-    last = run_training(
-        config, output, args.stop_timesteps, run_info=run_info, resume=args.resume,
-        checkpoint_every=args.checkpoint_every, wandb=args.wandb, address=args.address,
-        torch_threads=args.torch_threads,
-    )
+    try:
+        last = run_training(
+            config, output, args.stop_timesteps, run_info=run_info, resume=args.resume,
+            checkpoint_every=args.checkpoint_every, wandb=args.wandb, address=args.address,
+            torch_threads=args.torch_threads,
+        )
+    except DiskWriteError as error:  # a full disk: one line, as `hca-rllib train` says it
+        print(f"{parser.prog}: error: {error}; resume with --resume once space is freed", file=sys.stderr)
+        raise SystemExit(EXIT_DISK) from None
     print(f"done: {last['env_steps']:,} env steps, {last['iteration']} iterations, "
           f"score {last.get('score')}; run in {output}", flush=True)
     return last
