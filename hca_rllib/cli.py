@@ -1,10 +1,11 @@
-"""Command line: `hca-rllib train | evaluate | report | sweep` (also `python -m hca_rllib ...`).
+"""Command line: `hca-rllib train | evaluate | report | sweep | probe` (also `python -m hca_rllib ...`).
 
 `train` runs on an embedded local Ray (loopback only, sized to this machine) unless
 `--address` or `RAY_ADDRESS` points at a cluster. It writes a run directory (see
 `hca_rllib.runner`): the resolved config, one JSON line per iteration, TensorBoard and
 W&B logs, and checkpoints that `--resume` continues from. `evaluate` plays a checkpoint;
-`report` turns run directories into learning curves, tables and a Markdown page.
+`report` turns run directories into learning curves, tables and a Markdown page; `probe`
+measures a task's information I(A; Z | S) before training (`hca_rllib.probe`).
 Bad arguments exit with status 2 and a one-line message. Every path argument may be
 relative (to the working directory) or start with `~`; it is made absolute once, here.
 """
@@ -262,6 +263,11 @@ def make_parser() -> argparse.ArgumentParser:
 
     add_report_arguments(commands.add_parser(
         "report", help="learning curves, IQM tables and diagnostics from run directories"))
+
+    from hca_rllib.probe import add_probe_arguments
+
+    add_probe_arguments(commands.add_parser(
+        "probe", help="measure I(A; Z | S) of a task before training, and read it against the benchmarks"))
     return parser
 
 
@@ -281,6 +287,10 @@ def main(argv: List[str] | None = None) -> int:
             from hca_rllib.sweep import sweep_command
 
             return sweep_command(args)
+        if args.command == "probe":
+            from hca_rllib.probe import probe_command
+
+            return probe_command(args)
     except (UsageError, CheckpointError, EnvResolutionError, ResultsError) as error:
         print(f"hca-rllib: error: {error}", file=sys.stderr)
         return 2
