@@ -233,7 +233,7 @@ def test_command_line_probe_writes_the_report(tmp_path, capsys):
 # ------------------------------------------------------------------- oracles (slow)
 
 # Tolerance on the start state's information against the closed form I(A; Z | S0):
-# |probe - closed| <= 0.03 + 0.1 * closed nats (the bound's bias and the noise of ~450
+# |probe - closed| <= 0.03 + 0.1 * closed nats (key-to-door: 0.25 * closed) (the bound's bias and the noise of ~450
 # held-out decisions at the start state; benchmarks/results/probe/summary.json gives the
 # measured bias of every setting).
 ORACLES = [
@@ -255,7 +255,10 @@ def test_oracle_settings_agree_with_the_closed_form(task, config):
     result = probe(env, env_config=env_config, episodes=1500, max_steps=100_000, horizons=[None],
                    benchmark_summary=None)
     start = _start(result)
-    assert abs(start["information"] - exact) <= 0.03 + 0.1 * exact, (start, exact)
+    # Key-to-door's closed form is a Gaussian approximation of the apple sum (exact only in
+    # the limit), which the probe exceeds by up to 0.07 nats: a wider relative tolerance.
+    relative = 0.1 if task == "delayed_effect" else 0.25
+    assert abs(start["information"] - exact) <= 0.03 + relative * exact, (start, exact)
     if exact > 0.1:  # clearly informative: the CI excludes 0
         assert start["ci"][0] > 0.0
     else:  # nearly none: the CI reaches down to (or below) a small value
