@@ -1,10 +1,11 @@
-"""Command line: `hca-rllib train | evaluate | report | sweep` (also `python -m hca_rllib ...`).
+"""Command line: `hca-rllib train | evaluate | report | sweep | probe` (also `python -m hca_rllib ...`).
 
 `train` runs on an embedded local Ray (loopback only, sized to this machine) unless
 `--address` or `RAY_ADDRESS` points at a cluster. It writes a run directory (see
 `hca_rllib.runner`): the resolved config, one JSON line per iteration, TensorBoard and
 W&B logs, and checkpoints that `--resume` continues from. `evaluate` plays a checkpoint;
-`report` turns run directories into learning curves, tables and a Markdown page.
+`report` turns run directories into learning curves, tables and a Markdown page; `probe`
+measures a task's information I(A; Z | S) before training (`hca_rllib.probe`).
 Bad arguments exit with status 2 and a one-line message; a write into the run directory
 that fails (a full disk) exits with status 74 (EX_IOERR) and one line naming the file or
 directory and the free space, the previous checkpoint kept for `--resume`. Every path argument may be
@@ -101,12 +102,14 @@ def _parse_value(text: str) -> Any:
         return text
 
 
-def parse_overrides(pairs: List[str]) -> Dict[str, Any]:
+def parse_overrides(pairs: List[str], flag: str = "--set") -> Dict[str, Any]:
     out: Dict[str, Any] = {}
     for pair in pairs:
         if "=" not in pair:
-            raise UsageError(f"--set expects key=value, got {pair!r}")
+            raise UsageError(f"{flag} expects key=value, got {pair!r}")
         key, value = pair.split("=", 1)
+        if not key.strip():
+            raise UsageError(f"{flag} expects key=value with a key, got {pair!r}")
         out[key.strip()] = _parse_value(value)
     return out
 
@@ -270,6 +273,11 @@ def make_parser() -> argparse.ArgumentParser:
 
     add_report_arguments(commands.add_parser(
         "report", help="learning curves, IQM tables and diagnostics from run directories"))
+
+    from hca_rllib.probe import add_probe_arguments
+
+    add_probe_arguments(commands.add_parser(
+        "probe", help="measure I(A; Z | S) of a task before training, and read it against the benchmarks"))
     return parser
 
 
@@ -289,6 +297,10 @@ def main(argv: List[str] | None = None) -> int:
             from hca_rllib.sweep import sweep_command
 
             return sweep_command(args)
+        if args.command == "probe":
+            from hca_rllib.probe import probe_command
+
+            return probe_command(args)
     except (UsageError, CheckpointError, EnvResolutionError, ResultsError) as error:
         print(f"hca-rllib: error: {error}", file=sys.stderr)
         return 2

@@ -26,6 +26,7 @@ observation after a cut as a separate `bootstrap_values[t]` (0 elsewhere). The
 
 from __future__ import annotations
 
+import math
 from typing import Dict, Optional
 
 import numpy as np
@@ -658,3 +659,69 @@ def clipped_balanced_minimizer(
     w = torch.clamp(1.0 / (num_actions * prior), max=float(clip))
     unnormalised = prior * prior * w * likelihood
     return unnormalised / unnormalised.sum(-1, keepdim=True)
+
+
+# --- The information probe (`hca_rllib.probe`, docs/method.md section 4.1) -------------
+
+
+def horizon_returns(rewards, episode_ids, gamma: float, horizon: Optional[int] = None) -> np.ndarray:
+    """`Z_t = sum_{k < K, t + k in the episode} gamma^k r_{t+k}`: the return over the next
+    `horizon` (K) steps, cut at the episode's end and bootstrapped with nothing (the
+    probe has no value function); `horizon=None`: to the episode's end.
+
+    Rows are the steps of complete episodes, each episode's steps contiguous and in
+    order (`episode_ids` constant within an episode, different between neighbours).
+    float64 numpy array."""
+    r = _as_numpy(rewards).astype(np.float64)
+    ids = _as_numpy(episode_ids)
+    if r.shape != ids.shape or r.ndim != 1:
+        raise ValueError(f"rewards {r.shape} and episode_ids {ids.shape} must be 1-d of one length")
+    if horizon is not None and (isinstance(horizon, bool) or int(horizon) != horizon or horizon < 1):
+        raise ValueError(f"horizon must be an integer >= 1 or None (episode end), got {horizon!r}")
+    n = len(r)
+    full = np.empty(n)
+    running = 0.0
+    for t in range(n - 1, -1, -1):
+        if t == n - 1 or ids[t + 1] != ids[t]:
+            running = 0.0
+        running = r[t] + gamma * running
+        full[t] = running
+    if horizon is None:
+        return full
+    k = int(horizon)
+    out = full.copy()
+    if k < n:
+        # Z^K_t = G_t - gamma^K G_{t+K} where step t + K is in the same episode.
+        same = ids[k:] == ids[:-k]
+        out[:-k] -= np.where(same, gamma ** k * full[k:], 0.0)
+    return out
+
+
+def pointwise_information(log_q_taken, log_pi_taken) -> np.ndarray:
+    """`i_t = log q(a_t|s_t,Z_t) - log pi(a_t|s_t)` in nats, per decision (float64).
+
+    On decisions the classifier did not train on, its mean is a variational lower bound
+    on `I(A; Z | S)` (`mutual_information`): exact when `q` is the true posterior, lower
+    by `E[KL(h || q)]` otherwise (the bound's bias), and noisy."""
+    return _as_numpy(log_q_taken).astype(np.float64) - _as_numpy(log_pi_taken).astype(np.float64)
+
+
+def information_concentration(pointwise, threshold: float, top_fraction: float = 0.1) -> Dict[str, float]:
+    """Where the information lives, from pointwise information `i_t`:
+
+    - `share_above_threshold`: the share of decisions with `i_t > threshold` nats;
+    - `top_share`: the share of the positive information (`sum_t max(i_t, 0)`) held by
+      the `top_fraction` of decisions with the largest `i_t` (`top_fraction` when it is
+      spread evenly, 1 when a few decisions hold all of it; NaN without positive
+      information)."""
+    x = np.asarray(pointwise, dtype=np.float64)
+    if x.ndim != 1 or len(x) == 0:
+        raise ValueError(f"pointwise information must be a non-empty 1-d array, got shape {x.shape}")
+    if not 0.0 < top_fraction <= 1.0:
+        raise ValueError(f"top_fraction must be in (0, 1], got {top_fraction}")
+    positive = np.clip(x, 0.0, None)
+    total = positive.sum()
+    top = max(1, int(math.ceil(top_fraction * len(x))))
+    top_share = float(np.sort(positive)[::-1][:top].sum() / total) if total > 0 else float("nan")
+    return {"share_above_threshold": float((x > threshold).mean()), "top_share": top_share,
+            "threshold": float(threshold), "top_fraction": float(top_fraction)}

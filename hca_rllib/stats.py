@@ -406,3 +406,33 @@ def plot_performance_profile(ax, taus: np.ndarray,
         colors=dict(colors) if colors is not None else None, xlabel=xlabel,
         ylabel=r"fraction of runs with score $> \tau$", labelsize="medium",
         ticklabelsize="small", legend=True, legendsize="small")
+
+
+def cluster_bootstrap_mean_ci(values: Sequence[float], clusters: Sequence[Any],
+                              reps: int = BOOTSTRAP_REPS, seed: int = BOOTSTRAP_SEED,
+                              level: float = 0.95) -> Tuple[float, float, float]:
+    """The mean of `values` (one per decision) and its percentile-bootstrap CI with the
+    cluster (the episode) as the independent unit: whole clusters are resampled with
+    replacement and the statistic is the mean over the decisions of the resample,
+    `sum_c w_c S_c / sum_c w_c n_c` (`S_c`, `n_c`: a cluster's sum and size, `w_c` its
+    multinomial count). Decisions of one episode are dependent (one return covers many of
+    them), so resampling decisions would make the interval too narrow. numpy; with fewer
+    than 2 clusters the interval collapses to the point."""
+    x = np.asarray(values, dtype=np.float64)
+    ids = np.asarray(clusters)
+    if x.ndim != 1 or x.shape != ids.shape or len(x) == 0:
+        raise ValueError(f"values {x.shape} and clusters {ids.shape} must be non-empty 1-d of one length")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    _, index = np.unique(ids, return_inverse=True)
+    sums = np.bincount(index, weights=x)
+    sizes = np.bincount(index).astype(np.float64)
+    point = float(sums.sum() / sizes.sum())
+    if len(sums) < 2:
+        return point, point, point
+    rng = np.random.default_rng(seed)
+    counts = rng.multinomial(len(sums), np.full(len(sums), 1.0 / len(sums)), size=reps).astype(np.float64)
+    means = (counts @ sums) / (counts @ sizes)
+    tail = 100.0 * (1.0 - level) / 2.0
+    low, high = np.percentile(means, [tail, 100.0 - tail])
+    return point, float(low), float(high)

@@ -43,6 +43,7 @@ SET_BAD = {
     "normalize_advantages": ["yes", "''", "2", "None", "[1]"],
     "hca_ratio_clip": ["0.5", "-1", "1e400", *NUMBER_BAD],
     "hca_baseline": ["yes", "2", "None"],
+    "hindsight_overlap": ["yes", "1", "None"],
     "c2a2c_delta": ["0", "-1", *NUMBER_BAD],
     "c2a2c_soft": ["yes", "2", "None"],
     "c2a2c_normalize": ["yes", "2", "None"],
@@ -89,8 +90,8 @@ SET_BAD = {
     "model_config": ["'x'", "[1]", "5"],
 }
 SET_SYNTAX = [  # --set itself malformed: (value, expected words)
-    ("lr", "key=value"), ("", "key=value"), ("=1", "unknown"), ("nosuchkey=1", "nosuchkey"),
-    ("LR=1e-3", "LR"), (" =1", "unknown"),
+    ("lr", "key=value"), ("", "key=value"), ("=1", "with a key"), ("nosuchkey=1", "nosuchkey"),
+    ("LR=1e-3", "LR"), (" =1", "with a key"),
 ]
 
 
@@ -141,6 +142,30 @@ def _cases():
             add(_train("--set", f"{field}={value}"), field.rstrip("_") if field != "lambda_" else "lambda")
     add(_train("--set", "optimizer=adam"), "optimizer_type")  # renamed field
 
+    # probe: every flag
+    def _probe(*extra):
+        return ["probe", "--env", "CartPole-v1", "--output", "pr", *extra]
+
+    for flag, values in {
+        "--episodes": ["0", "-1", "x", "1.5", ""],
+        "--max-steps": ["0", "-1", "x", ""],
+        "--horizons": ["", "0", "-1", "x", "1,,2", "nan"],
+        "--gamma": ["0", "1.5", "nan", "inf", "x", ""],
+        "--held-out-fraction": ["0", "1", "nan", "-0.5", "x"],
+        "--threshold": ["-1", "nan", "inf", "x"],
+        "--num-envs": ["0", "2000", "x", "1.5"],
+        "--seed": ["x", "-1", str(2**64), ""],
+        "--set-env": ["nokey", "=1", "length"],
+    }.items():
+        for value in values:
+            add(_probe(flag, value), flag)
+    add(["probe"], "--env")
+    add(["probe", "--env", "nope-v0"], "nope-v0")
+    add(["probe", "--env", ""], "env")
+    add(["probe", "--env", "Pendulum-v1"], "discrete")
+    add(["probe", "--checkpoint", "no_such_dir"], "no_such_dir")
+    add(["probe", "--checkpoint", ""], "--checkpoint")
+    add(["probe", "--env", "CartPole-v1", "--output", ""], "--output")
     # evaluate: every flag
     for argv, words in [
         (["evaluate", ""], "checkpoint"),
