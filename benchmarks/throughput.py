@@ -600,7 +600,9 @@ def idle_actor_rss() -> Dict[str, float]:
 
 
 def learner_split(env: str, method: str, reps: int, quick: bool) -> Dict[str, Any]:
-    """Time the pieces of one learner update (see the module docstring)."""
+    """Time the pieces of one learner update (see the module docstring), on RLlib's
+    learner path (`learner_path="rllib"`), whose connector pieces it takes apart; the lean
+    path computes the credit inside the loss, and `--update-profile` compares the two."""
     import torch
     from ray.rllib.core import DEFAULT_MODULE_ID
     from ray.rllib.core.columns import Columns
@@ -608,7 +610,7 @@ def learner_split(env: str, method: str, reps: int, quick: bool) -> Dict[str, An
 
     from hca_rllib.module import HINDSIGHT_LOGITS, RETURNS
 
-    algo = ours_config(env, method, quick).build_algo()
+    algo = ours_config(env, method, quick).learners(learner_path="rllib").build_algo()
     try:
         for _ in range(SETTINGS[env]["warmup_iters"]):
             algo.train()
