@@ -1,7 +1,12 @@
-"""Pong, 16 envs: the C++ vector env stepping alone and with the Nature CNN's forward
-pass (16 obs or 2 x 8), without and with double buffering over two groups."""
-import sys, time, os
-sys.path.insert(0, "/work/wt_core12")
+"""Pong, 16 envs, env side only: ale-py's C++ vector env stepping alone, with the Nature
+CNN's forward pass (on zeros) for all 16 envs per vector step, and double-buffered over
+two groups of 8 (`EnvGroups`: forward for one group while the other steps), with 1 and 4
+C++ threads per group. Steps/s and steps per CPU-second of the process (all threads).
+
+    .venv/bin/python benchmarks/ale_overlap_micro.py 200   # vector steps per measurement
+"""
+import os, sys, time
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np, torch
 torch.set_num_threads(1)
 from hca_rllib.envs.atari import make_atari_vector
