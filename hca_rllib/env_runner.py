@@ -63,11 +63,17 @@ from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.utils.annotations import override
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 
+from hca_rllib.envs.groups import EnvGroups, split_vector_env
+
 logger = logging.getLogger(__name__)
 
 SAMPLERS = ("lean", "rllib")
 # The default of `HCAConfig.sampler` (benchmarks/results/throughput_lean/summary.md).
 DEFAULT_SAMPLER = "lean"
+# The default of `HCAConfig.sampler_overlap` (benchmarks/results/throughput_core/summary.md).
+DEFAULT_SAMPLER_OVERLAP = False
+# Groups of envs `sampler_overlap` steps in turn.
+OVERLAP_GROUPS = 2
 
 # Connector pieces the lean loop does itself (RLlib's defaults, and frame stacking).
 _ENV_TO_MODULE_OK = (
@@ -124,6 +130,15 @@ class PreviousChunks:
         return self.t
 
 
+class _InfoLists:
+    """DictInfoToList's conversion of a vector info to per-env dicts, for `num_envs` envs."""
+
+    _convert_info_to_list = DictInfoToList._convert_info_to_list
+
+    def __init__(self, num_envs: int):
+        self.num_envs = num_envs
+
+
 class LeanEnvRunner(SingleAgentEnvRunner):
     """RLlib's SingleAgentEnvRunner with a fused, buffered timestep loop (module docs)."""
 
@@ -161,6 +176,29 @@ class LeanEnvRunner(SingleAgentEnvRunner):
 
     # ------------------------------------------------------------------ env access
 
+    @override(SingleAgentEnvRunner)
+    def make_env(self) -> None:
+        """RLlib's `make_env`; with `sampler_overlap`, the vector env split into
+        `EnvGroups` (`on_environment_created` sees the split env)."""
+        if not getattr(self.config, "sampler_overlap", False):
+            return super().make_env()
+        callbacks, functions = self._callbacks, self.config.callbacks_on_environment_created
+        self._callbacks = []
+        self.config.callbacks_on_environment_created = None
+        try:
+            super().make_env()
+        finally:
+            self._callbacks = callbacks
+            self.config.callbacks_on_environment_created = functions
+        self.env = DictInfoToList(split_vector_env(self._vector_env(), OVERLAP_GROUPS))
+        make_callback(
+            "on_environment_created",
+            callbacks_objects=self._callbacks,
+            callbacks_functions=self.config.callbacks_on_environment_created,
+            kwargs=dict(env_runner=self, metrics_logger=self.metrics, env=self.env.unwrapped,
+                        env_context=self.config.env_config),
+        )
+
     def _vector_env(self):
         """The vector env under RLlib's DictInfoToList (infos stay dicts of arrays)."""
         env = self.env
@@ -168,9 +206,17 @@ class LeanEnvRunner(SingleAgentEnvRunner):
 
     def _lean_env_step(self, actions):
         """`env.step` with RLlib's failure handling (`_try_env_step`), no per-step metrics."""
+        return self._lean_env_call(self._vector_env().step, actions)
+
+    def _lean_env_call(self, method, *args):
+        """`method(*args)` of the env (a step, or a group's send/recv) with RLlib's failure
+        handling: ENV_STEP_FAILURE after re-creating the envs, or RuntimeError."""
         try:
-            return self._vector_env().step(actions)
+            return method(*args)
         except Exception as e:
+            env = self._vector_env()
+            if isinstance(env, EnvGroups):
+                env.drain()  # the other groups' steps in flight
             self.metrics.log_value(NUM_ENV_STEP_FAILURES_LIFETIME, 1, reduce="lifetime_sum")
             if self.config.restart_failed_sub_environments:
                 if not isinstance(e, StepFailedRecreateEnvError):
@@ -252,76 +298,120 @@ class LeanEnvRunner(SingleAgentEnvRunner):
         # Every other vector step of an env can be its autoreset: at most this many rows.
         rows = 2 * (-(-num_timesteps // n)) + 2
         b = self._fragment_buffers(rows, s["obs"])
-        obs_buf, act_buf, logp_buf, logits_buf = b["obs"], b["act"], b["logp"], b["logits"]
-        term_buf, trunc_buf = b["term"], b["trunc"]
         module = self.module
         module.eval()
-        forward = module._forward_exploration if explore else module._forward_inference
-        stack = s.get("stack")
-        frame = s["obs"].shape[-1]
-        needs_reset = s["needs_reset"]
-        # Row of the first real step of each env's current chunk in this fragment.
-        seg_start = np.where(needs_reset, 1, 0)
-        obs_buf[0] = s["obs"]
-        done_episodes: List[SingleAgentEpisode] = []
+        # What one fragment's steps share (`_lean_act`, `_lean_record`).
+        f = {
+            "b": b, "explore": explore, "stack": s.get("stack"), "frame": s["obs"].shape[-1],
+            "forward": module._forward_exploration if explore else module._forward_inference,
+            "needs_reset": s["needs_reset"].copy(),
+            # Row of the first real step of each env's current chunk in this fragment.
+            "seg_start": np.where(s["needs_reset"], 1, 0),
+            "done_episodes": [],
+        }
+        b["obs"][0] = s["obs"]
+        needs_reset = f["needs_reset"]
+        env = self._vector_env()
         ts = 0
         v = 0
-        while ts < num_timesteps:
-            module_obs = stack if stack is not None else obs_buf[v]
-            with torch.inference_mode():
-                logits = forward({Columns.OBS: torch.from_numpy(module_obs)})[Columns.ACTION_DIST_INPUTS]
-                if explore:
-                    dist = torch.distributions.Categorical(logits=logits, validate_args=False)
-                    actions = dist.sample()
-                    logp = dist.log_prob(actions)
-                else:
-                    actions = torch.argmax(logits, dim=-1)
-                    logp = torch.zeros(actions.shape, dtype=logits.dtype)
-            act_buf[v] = actions.numpy()
-            actions = act_buf[v]
-            logp_buf[v] = logp.numpy()
-            logits_buf[v] = logits.numpy()
-            results = self._lean_env_step(actions)
-            if results is ENV_STEP_FAILURE:
-                return None
-            obs, rew, term, trunc, info = results
-            if b["rew"] is None:
-                b["rew"] = np.zeros(act_buf.shape, np.asarray(rew).dtype)
-            obs_buf[v + 1] = obs
-            b["rew"][v] = rew
-            term_buf[v] = term
-            trunc_buf[v] = trunc
-            real = ~needs_reset
-            ts += int(real.sum())
-            done = (term_buf[v] | trunc_buf[v]) & real
-            if done.any():
-                infos = (self.env._convert_info_to_list(info)
-                         if isinstance(self.env, DictInfoToList) else [{} for _ in range(n)])
-                for i in np.flatnonzero(done).tolist():
-                    done_episodes.append(self._chunk(i, int(seg_start[i]), v, infos[i]))
-            if needs_reset.any():
-                # These envs' step was their autoreset: a new episode from obs_buf[v + 1].
-                for i in np.flatnonzero(needs_reset).tolist():
-                    self._start_episode(i)
-                seg_start[needs_reset] = v + 1
-            if stack is not None:
-                stack[..., :-frame] = stack[..., frame:]
-                stack[..., -frame:] = obs
-                if needs_reset.any():  # a new episode: no frames before its first one
-                    stack[needs_reset, ..., :-frame] = 0
-            needs_reset = done
-            v += 1
+        if isinstance(env, EnvGroups):
+            # Double buffering: while one group's envs step, the policy runs on the next
+            # group's fresh observations. Whether row v + 1 is sampled depends only on
+            # the autoresets at row v (known before row v is stepped), so every group
+            # stops at the same row as the loop below would.
+            for g, sl in enumerate(env.slices):
+                if self._lean_env_call(env.send, g, self._lean_act(f, 0, sl)) is ENV_STEP_FAILURE:
+                    return None
+            while True:
+                ts += n - int(needs_reset.sum())
+                more = ts < num_timesteps
+                for g, sl in enumerate(env.slices):
+                    results = self._lean_env_call(env.recv, g)
+                    if results is ENV_STEP_FAILURE:
+                        return None
+                    self._lean_record(f, v, sl, results, env.sizes[g])
+                    if more and self._lean_env_call(
+                            env.send, g, self._lean_act(f, v + 1, sl)) is ENV_STEP_FAILURE:
+                        return None
+                v += 1
+                if not more:
+                    break
+        else:
+            everything = slice(0, n)
+            while ts < num_timesteps:
+                ts += n - int(needs_reset.sum())
+                results = self._lean_env_step(self._lean_act(f, v, everything))
+                if results is ENV_STEP_FAILURE:
+                    return None
+                self._lean_record(f, v, everything, results, None)
+                v += 1
         s["needs_reset"] = needs_reset
+        seg_start = f["seg_start"]
         running: List[SingleAgentEpisode] = []
         for i in range(n):
             # An env that ended at the last row starts its next episode next fragment;
             # one whose chunk has no step yet (autoreset at the last row) returns nothing.
             if not needs_reset[i] and seg_start[i] <= v - 1:
                 running.append(self._chunk(i, int(seg_start[i]), v - 1, None))
-        s["obs"] = obs_buf[v].copy()
+        s["obs"] = b["obs"][v].copy()
+        done_episodes = f["done_episodes"]
         self._log_env_steps(metric=self._metrics_num_env_steps_sampled, num_steps=ts)
         self._increase_sampled_metrics(ts, len(done_episodes))
         return done_episodes + running
+
+    def _lean_act(self, f: Dict[str, Any], v: int, sl: slice) -> np.ndarray:
+        """The actions of envs `sl` at row `v` from the policy (logits, log-probs stored)."""
+        b, stack = f["b"], f["stack"]
+        module_obs = stack[sl] if stack is not None else b["obs"][v, sl]
+        with torch.inference_mode():
+            logits = f["forward"]({Columns.OBS: torch.from_numpy(module_obs)})[Columns.ACTION_DIST_INPUTS]
+            if f["explore"]:
+                dist = torch.distributions.Categorical(logits=logits, validate_args=False)
+                actions = dist.sample()
+                logp = dist.log_prob(actions)
+            else:
+                actions = torch.argmax(logits, dim=-1)
+                logp = torch.zeros(actions.shape, dtype=logits.dtype)
+        b["act"][v, sl] = actions.numpy()
+        b["logp"][v, sl] = logp.numpy()
+        b["logits"][v, sl] = logits.numpy()
+        return b["act"][v, sl]
+
+    def _lean_record(self, f: Dict[str, Any], v: int, sl: slice, results, group_size) -> None:
+        """Store the step of envs `sl` at row `v`: its results, the episodes that ended,
+        the autoresets, the frame stack. `group_size`: `results` are a group's (its own
+        info), None: the whole vector env's."""
+        b, stack, frame = f["b"], f["stack"], f["frame"]
+        needs_reset, seg_start = f["needs_reset"][sl], f["seg_start"][sl]
+        obs, rew, term, trunc, info = results
+        if b["rew"] is None:
+            b["rew"] = np.zeros(b["act"].shape, np.asarray(rew).dtype)
+        b["obs"][v + 1, sl] = obs
+        b["rew"][v, sl] = rew
+        b["term"][v, sl] = term
+        b["trunc"][v, sl] = trunc
+        done = (b["term"][v, sl] | b["trunc"][v, sl]) & ~needs_reset
+        if done.any():
+            if group_size is not None:
+                infos = _InfoLists(group_size)._convert_info_to_list(info)
+            elif isinstance(self.env, DictInfoToList):
+                infos = self.env._convert_info_to_list(info)
+            else:
+                infos = [{} for _ in range(self.num_envs)]
+            for j in np.flatnonzero(done).tolist():
+                f["done_episodes"].append(self._chunk(sl.start + j, int(seg_start[j]), v, infos[j]))
+        if needs_reset.any():
+            # These envs' step was their autoreset: a new episode from obs_buf[v + 1].
+            for j in np.flatnonzero(needs_reset).tolist():
+                self._start_episode(sl.start + j)
+            seg_start[needs_reset] = v + 1
+        if stack is not None:
+            st = stack[sl]
+            st[..., :-frame] = st[..., frame:]
+            st[..., -frame:] = obs
+            if needs_reset.any():  # a new episode: no frames before its first one
+                st[needs_reset, ..., :-frame] = 0
+        needs_reset[:] = done
 
     def _start_episode(self, i: int) -> None:
         s = self._lean

@@ -33,7 +33,8 @@ from ray.rllib.utils import force_list
 from hca_rllib.callbacks import GameScoreCallback
 from hca_rllib.connectors import DEFAULT_LEARNER_PATH, LEARNER_PATHS, LeanEpisodesToBatch
 from hca_rllib.credit import CALIBRATIONS, CREDIT_MODES, HINDSIGHT_CREDIT_MODES, TRUST_MODES
-from hca_rllib.env_runner import DEFAULT_SAMPLER, SAMPLERS, LeanEnvRunner, unsupported_callbacks
+from hca_rllib.env_runner import (DEFAULT_SAMPLER, DEFAULT_SAMPLER_OVERLAP, SAMPLERS, LeanEnvRunner,
+                                   unsupported_callbacks)
 from hca_rllib.envs.resolver import EnvResolutionError, env_family, resolve_env
 from hca_rllib.module import HINDSIGHT_CHOICES, HINDSIGHT_DEFAULTS, hindsight_option_error
 
@@ -209,6 +210,10 @@ class HCAConfig(AlgorithmConfig):
         # installed through RLlib's `env_runner_cls` hook) or "rllib" (RLlib's
         # SingleAgentEnvRunner with its connector pipelines); docs/method.md, "Sampling".
         self.sampler = DEFAULT_SAMPLER
+        # sampler="lean" only: the envs as two groups, the policy's forward pass on one
+        # group's observations while the other group's envs step (ale-py's C++ threads;
+        # a worker thread for Python envs). The same batch; docs/method.md, "Sampling".
+        self.sampler_overlap = DEFAULT_SAMPLER_OVERLAP
         # The learner's path from episodes to the update: "lean" (one concatenating
         # connector piece, no artificial bootstrap rows, the credit from the gradient
         # pass when the batch gets one gradient step) or "rllib" (RLlib's learner
@@ -231,11 +236,15 @@ class HCAConfig(AlgorithmConfig):
         return self
 
     @override(AlgorithmConfig)
-    def env_runners(self, *, sampler=NotProvided, **kwargs) -> "HCAConfig":
-        """RLlib's EnvRunner settings; `sampler`: "lean" or "rllib" (see `SAMPLERS`)."""
+    def env_runners(self, *, sampler=NotProvided, sampler_overlap=NotProvided, **kwargs) -> "HCAConfig":
+        """RLlib's EnvRunner settings; `sampler`: "lean" or "rllib" (see `SAMPLERS`);
+        `sampler_overlap` (lean only): step one half of the envs while the policy runs
+        on the other half's observations."""
         super().env_runners(**kwargs)
         if sampler is not NotProvided:
             self.sampler = sampler
+        if sampler_overlap is not NotProvided:
+            self.sampler_overlap = sampler_overlap
         return self
 
     @override(AlgorithmConfig)
@@ -436,6 +445,14 @@ class HCAConfig(AlgorithmConfig):
         offline runner."""
         if self.sampler not in SAMPLERS:
             self._value_error(f"sampler must be one of {list(SAMPLERS)}, got {self.sampler!r}")
+        if not isinstance(self.sampler_overlap, bool):
+            self._value_error(f"sampler_overlap must be True or False, got {self.sampler_overlap!r}")
+        if self.sampler_overlap:
+            if self.sampler != "lean":
+                self._value_error(f"sampler_overlap=True needs sampler='lean', got sampler={self.sampler!r}")
+            if self.num_envs_per_env_runner < 2:
+                self._value_error(f"sampler_overlap=True needs num_envs_per_env_runner >= 2 (two groups "
+                                  f"of envs), got {self.num_envs_per_env_runner}")
         lean = self.sampler == "lean" and not self.output
         if lean and self.env_runner_cls in (None, LeanEnvRunner):
             if self._env_to_module_connector is not None or self._module_to_env_connector is not None:

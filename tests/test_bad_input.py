@@ -70,6 +70,8 @@ SET_BAD = {
     "optimizer_eps": ["0", "-1", "2", *NUMBER_BAD],
     "frame_stack": ["0", "-1", "1.5", "'x'", "True", "[1]"],
     "sampler": ["nope", "''", "1"],
+    "sampler_overlap": ["yes", "2", "None"],
+    "hindsight_overlap": ["yes", "2", "None"],
     "learner_path": ["nope", "''", "1"],
     # RLlib's fields the CLI exposes or that users commonly set
     "lr": ["0", "-1", "nan", "inf", "'x'", "''", "[1, 2]", "{1: 2}", "True"],

@@ -361,3 +361,106 @@ def test_num_episodes_and_random_actions_run_rllibs_loop_then_lean_resumes():
     assert sum(len(e) for e in randomly) >= 20
     assert all(e.t_started == 0 for e in runner.sample())
     assert runner.get_metrics()["num_episodes_lifetime"].peek() >= 3
+
+
+# ------------------------------------------------------------------ sampler_overlap
+
+OVERLAP_ENVS = [
+    ("CartPole-v1", 4, 16),
+    ("minatar/Breakout", 5, 8),  # groups of 3 and 2 envs
+    # Frame stacking, two C++ vector envs; life losses end episodes (~100 s under load).
+    pytest.param("atari/Breakout", 4, 24, marks=pytest.mark.slow),
+]
+
+
+def _same_episode(x, y, where):
+    assert (x.t_started, x.t, x.is_terminated, x.is_truncated) == (
+        y.t_started, y.t, y.is_terminated, y.is_truncated), where
+    for name in ("observations", "actions", "rewards"):
+        bx, by = getattr(x, name), getattr(y, name)
+        assert bx.lookback == by.lookback and bx.data.dtype == by.data.dtype, (where, name)
+        np.testing.assert_array_equal(bx.data, by.data, err_msg=f"{where} {name}")
+    assert set(x.extra_model_outputs) == set(y.extra_model_outputs), where
+    for key, bx in x.extra_model_outputs.items():
+        np.testing.assert_array_equal(bx.data, y.extra_model_outputs[key].data, err_msg=f"{where} {key}")
+    assert x.get_infos(-1) == y.get_infos(-1), where
+
+
+@pytest.mark.parametrize("env, num_envs, fragment", OVERLAP_ENVS)
+def test_overlap_samples_the_same_episodes(env, num_envs, fragment):
+    """`sampler_overlap=True` (two groups of envs, one stepping while the policy runs on
+    the other's observations) against the lean loop without it: envs seeded alike, a
+    policy whose action is certain; over 4 fragments the same episodes in the same
+    order (observations with the lookback, actions, rewards, ends, logits, log-probs,
+    the info at the end), the same episode ids across fragments, the same metrics."""
+    if env.startswith("atari/"):
+        pytest.importorskip("ale_py")
+    from hca_rllib.envs.groups import EnvGroups
+
+    config = _config(env, num_envs, fragment, CertainActionModule)
+    plain = _runner(config, "lean")
+    overlap = _runner(copy.deepcopy(config).env_runners(sampler_overlap=True), "lean")
+    assert not isinstance(plain._vector_env(), EnvGroups)
+    groups = overlap._vector_env()
+    assert isinstance(groups, EnvGroups) and groups.sizes == [-(-num_envs // 2), num_envs // 2]
+    overlap.module.set_state(plain.module.get_state())
+    ids, ended = {}, 0
+    for k in range(4):
+        eps_plain, eps_overlap = plain.sample(), overlap.sample()
+        assert len(eps_plain) == len(eps_overlap), k
+        for j, (x, y) in enumerate(zip(eps_plain, eps_overlap)):
+            _same_episode(x, y, (env, k, j))
+            if x.t_started > 0:
+                assert ids[x.id_] == y.id_
+            ids[x.id_] = y.id_
+            ended += x.is_done
+    assert ended and len(ids) > num_envs  # episodes ended and restarted
+    m_plain, m_overlap = plain.get_metrics(), overlap.get_metrics()
+    for key in ("num_env_steps_sampled_lifetime", "num_episodes_lifetime", "episode_len_mean",
+                "episode_return_mean"):
+        if key in m_plain:
+            assert m_overlap[key].peek() == pytest.approx(m_plain[key].peek()), key
+
+
+def test_overlap_sampled_action_frequencies_match_the_policy():
+    """With `sampler_overlap`, each group's actions are sampled from the policy's
+    distribution on that group's observations: the chi-square test of
+    `test_sampled_action_frequencies_match_the_policy`, and exact log-probs."""
+    config = _config("minatar/Breakout", 8, 64, FixedProbsModule).env_runners(sampler_overlap=True)
+    runner = _runner(config, "lean")
+    counts = np.zeros(3)
+    for _ in range(12):
+        for episode in runner.sample():
+            actions = episode.get_actions()
+            counts += np.bincount(actions, minlength=3)
+            logp = episode.get_extra_model_outputs(Columns.ACTION_LOGP)
+            np.testing.assert_allclose(logp, np.log(FIXED_PROBS)[actions], rtol=1e-6)
+    n = counts.sum()
+    assert n >= 6_144
+    expected = n * FIXED_PROBS
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    assert chi2 < 27.6, (counts, expected, chi2)
+
+
+def test_overlap_runs_rllibs_loop_for_episodes_and_random_actions():
+    """`sample(num_episodes=...)` and `random_actions=True` go to RLlib's loop, which
+    steps the split env as one vector env (EnvGroups.step): whole episodes come back."""
+    runner = _runner(_config("CartPole-v1", 4, 8).env_runners(sampler_overlap=True), "lean")
+    episodes = runner.sample(num_episodes=3)
+    assert len(episodes) >= 3 and all(e.is_done for e in episodes)
+    assert runner.sample(num_timesteps=16, random_actions=True)
+    assert sum(len(e) for e in runner.sample()) == 32  # and the lean loop again
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(sampler="rllib", sampler_overlap=True),
+     "sampler_overlap=True needs sampler='lean', got sampler='rllib'"),
+    (dict(sampler_overlap=True, num_envs_per_env_runner=1),
+     "sampler_overlap=True needs num_envs_per_env_runner >= 2 (two groups of envs), got 1"),
+    (dict(sampler_overlap="yes"), "sampler_overlap must be True or False, got 'yes'"),
+])
+def test_bad_sampler_overlap_is_a_one_line_error(settings, message):
+    config = A2CConfig().environment("CartPole-v1").env_runners(**settings)
+    with pytest.raises(ValueError) as error:
+        config.validate()
+    assert str(error.value).splitlines()[0] == message

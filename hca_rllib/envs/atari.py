@@ -258,9 +258,18 @@ class AtariVectorProtocol(gym.vector.VectorWrapper):
         return self._frames(obs), info
 
     def step(self, actions):
+        self.send(actions)
+        return self.recv()
+
+    def send(self, actions) -> None:
+        """Starts the step (ale-py's C++ threads run it); :meth:`recv` waits for it."""
         actions = np.asarray(actions).astype(np.int64, copy=True)
         actions[self._life_reset] = FIRE if self.fire_reset else NOOP
-        obs, reward, terminated, truncated, info = self.env.step(actions)
+        self.env.send(actions)
+
+    def recv(self):
+        """The results of the step :meth:`send` started."""
+        obs, reward, terminated, truncated, info = self.env.recv()
         reward = np.asarray(reward, dtype=np.float64)
         lives = np.asarray(info["lives"], dtype=np.int64)
         # Envs that just auto-reset start a new game (their reward is 0, lives refilled).
@@ -285,6 +294,24 @@ class AtariVectorProtocol(gym.vector.VectorWrapper):
         if self.clip_rewards:
             reward = np.sign(reward)
         return self._frames(obs), reward.astype(np.float32), terminated, truncated, info
+
+    def split(self, sizes: List[int]) -> List["AtariVectorProtocol"]:
+        """This env's games as ``len(sizes)`` new vector envs of those sizes (each its own
+        C++ env and threads; ``num_threads=0`` splits the cores between them), for
+        :class:`hca_rllib.envs.groups.EnvGroups`; closes this one. Seeded with
+        consecutive seeds by ``EnvGroups.reset``, the games are the same."""
+        if sum(sizes) != self.num_envs:
+            raise ValueError(f"the group sizes {sizes} do not add up to num_envs={self.num_envs}")
+        kwargs = dict(self._make_kwargs)
+        threads = kwargs.pop("num_threads")
+        if threads == 0:
+            import os
+
+            threads = max(1, (os.cpu_count() or 1) // len(sizes))
+        groups = [make_atari_vector(num_envs=size, num_threads=min(threads, size), **kwargs)
+                  for size in sizes]
+        self.close()
+        return groups
 
 
 def make_atari_vector(
@@ -326,7 +353,11 @@ def make_atari_vector(
         reward_clipping=False,
         use_fire_reset=p.fire_reset,
     )
-    return AtariVectorProtocol(env, p.terminal_on_life_loss, p.fire_reset, clip_rewards)
+    wrapped = AtariVectorProtocol(env, p.terminal_on_life_loss, p.fire_reset, clip_rewards)
+    wrapped._make_kwargs = dict(game=game, protocol=protocol, num_threads=num_threads,
+                                max_episode_frames=max_episode_frames, clip_rewards=clip_rewards,
+                                **protocol_overrides)
+    return wrapped
 
 
 def register_atari_envs() -> List[str]:
