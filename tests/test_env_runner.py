@@ -171,12 +171,10 @@ def test_same_episodes_as_rllib_under_the_same_seed():
                 np.testing.assert_array_equal(bx.data, y.extra_model_outputs[key].data)
 
 
-def test_sampled_action_frequencies_match_the_policy():
-    """A policy with fixed probabilities (0.2, 0.3, 0.5) on MinAtar Breakout's three
-    actions: the counts over 6,144 sampled steps pass a chi-square test at p = 1e-6
-    (2 degrees of freedom: statistic < 27.6), which a greedy or uniform sampler fails by
-    hundreds; every stored log-prob is log p of the action taken."""
-    runner = _runner(_config("minatar/Breakout", 8, 64, FixedProbsModule), "lean")
+def _assert_action_frequencies(runner) -> None:
+    """12 fragments of 8 x 64 steps: the action counts pass a chi-square test against
+    FIXED_PROBS at p = 1e-6 (2 degrees of freedom: statistic < 27.6), and every stored
+    log-prob is log p of the action taken."""
     counts = np.zeros(3)
     for _ in range(12):
         for episode in runner.sample():
@@ -189,6 +187,15 @@ def test_sampled_action_frequencies_match_the_policy():
     expected = n * FIXED_PROBS
     chi2 = float(((counts - expected) ** 2 / expected).sum())
     assert chi2 < 27.6, (counts, expected, chi2)
+
+
+def test_sampled_action_frequencies_match_the_policy():
+    """A policy with fixed probabilities (0.2, 0.3, 0.5) on MinAtar Breakout's three
+    actions: the counts over 6,144 sampled steps pass a chi-square test at p = 1e-6
+    (2 degrees of freedom: statistic < 27.6), which a greedy or uniform sampler fails by
+    hundreds; every stored log-prob is log p of the action taken."""
+    runner = _runner(_config("minatar/Breakout", 8, 64, FixedProbsModule), "lean")
+    _assert_action_frequencies(runner)
 
 
 def test_running_episode_memory_stays_bounded():
@@ -428,18 +435,7 @@ def test_overlap_sampled_action_frequencies_match_the_policy():
     `test_sampled_action_frequencies_match_the_policy`, and exact log-probs."""
     config = _config("minatar/Breakout", 8, 64, FixedProbsModule).env_runners(sampler_overlap=True)
     runner = _runner(config, "lean")
-    counts = np.zeros(3)
-    for _ in range(12):
-        for episode in runner.sample():
-            actions = episode.get_actions()
-            counts += np.bincount(actions, minlength=3)
-            logp = episode.get_extra_model_outputs(Columns.ACTION_LOGP)
-            np.testing.assert_allclose(logp, np.log(FIXED_PROBS)[actions], rtol=1e-6)
-    n = counts.sum()
-    assert n >= 6_144
-    expected = n * FIXED_PROBS
-    chi2 = float(((counts - expected) ** 2 / expected).sum())
-    assert chi2 < 27.6, (counts, expected, chi2)
+    _assert_action_frequencies(runner)
 
 
 def test_overlap_runs_rllibs_loop_for_episodes_and_random_actions():
