@@ -75,19 +75,13 @@ class HCATorchLearner(TorchLearner):
         # The behaviour policy's (latent, logits) per module, taken from the gradient
         # pass of this update (`compute_loss_for_module`), for the extra classifier passes.
         self._behaviour: Dict[Any, Any] = {}
-        # `hindsight_overlap`: the extra classifier passes of the last update, running in
-        # one background thread while the next batch is sampled (see `_finish_background`).
-        self._background: Optional[concurrent.futures.Future] = None
+        # `hindsight_overlap` (`_background` and the flags: the class attributes below).
         self._background_pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._background_thread_ids: set = set()
         # Learning rates RLlib's schedule set while the passes ran: applied after them.
         self._pending_lrs: list = []
         # The last background passes' losses, for the next update's results.
         self._unlogged_losses: Dict[Any, torch.Tensor] = {}
-        self._reading_policy = False
-        # Inside `update()`, after this update's passes were started, RLlib reads only its
-        # bookkeeping through `self.module` (module ids, is_stateful): no wait there.
-        self._in_update = False
         # Lean path: the credit pieces run here, on the batch (`learner_path="lean"`).
         self._lean = bool(getattr(self.config, "uses_lean_learner", False))
         self._credit_pieces = credit_pieces(self.config) if self._lean else []
@@ -98,11 +92,20 @@ class HCATorchLearner(TorchLearner):
             for piece in credit_pieces(self.config):
                 self._learner_connector.append(piece)
 
-    # Set in `build` (RLlib's `Learner.__init__` reads `module` before it).
-    _background = None
+    # Class defaults, as RLlib's `Learner.__init__` reads `module` before `build`:
+    # `_background`: the extra classifier passes of the last update, running in one
+    # background thread while the next batch is sampled (`_finish_background`);
+    # `_in_update`: inside `update()`, after this update's passes were started, RLlib
+    # reads only its bookkeeping through `self.module` (module ids, is_stateful), so no
+    # wait there; `_reading_policy`: `get_state` of the inference-only weights.
+    _background: Optional[concurrent.futures.Future] = None
     _reading_policy = False
     _in_update = False
     _background_thread_ids: set = frozenset()
+
+    def _hindsight_optimizers(self) -> list:
+        return [optimizer for name, optimizer in self._named_optimizers.items()
+                if name.endswith("_" + HINDSIGHT_OPTIMIZER)]
 
     @property
     def module(self):
@@ -110,7 +113,7 @@ class HCATorchLearner(TorchLearner):
         finished: whatever reads or writes the module from outside the update (the
         next update, `get_state` beyond the policy's weights, `set_state`, tests and
         analysis code) sees it settled."""
-        if (getattr(self, "_background", None) is not None and not self._in_update
+        if (self._background is not None and not self._in_update
                 and not self._reading_policy and threading.get_ident() not in self._background_thread_ids):
             self._finish_background()
         return self._module
@@ -137,9 +140,7 @@ class HCATorchLearner(TorchLearner):
         """RLlib's, except that the classifier's optimizer gets its scheduled learning
         rate only after the background passes (which step it) are done, as it would
         without `hindsight_overlap`."""
-        if self._background is not None and any(
-                optimizer is self._named_optimizers.get(name) for name in self._named_optimizers
-                if name.endswith("_" + HINDSIGHT_OPTIMIZER)):
+        if self._background is not None and any(optimizer is o for o in self._hindsight_optimizers()):
             self._pending_lrs.append((optimizer, lr))
             return
         TorchLearner._set_optimizer_lr(optimizer, lr)
@@ -367,13 +368,12 @@ class HCATorchLearner(TorchLearner):
                     self._background_pool = concurrent.futures.ThreadPoolExecutor(
                         max_workers=1, thread_name_prefix="hca-classifier",
                         initializer=lambda: self._background_thread_ids.add(threading.get_ident()))
-                for name, optimizer in self._named_optimizers.items():
-                    if name.endswith("_" + HINDSIGHT_OPTIMIZER):
-                        for group in optimizer.param_groups:
-                            if torch.is_tensor(group["lr"]):
-                                # RLlib's schedule may update its lr tensor in place
-                                # while the passes run: they keep this update's value.
-                                group["lr"] = group["lr"].clone()
+                for optimizer in self._hindsight_optimizers():
+                    for group in optimizer.param_groups:
+                        if torch.is_tensor(group["lr"]):
+                            # RLlib's schedule may update its lr tensor in place while
+                            # the passes run: they keep this update's value.
+                            group["lr"] = group["lr"].clone()
                 self._background = self._background_pool.submit(
                     self._classifier_passes, batch, behaviour)
             else:
