@@ -25,7 +25,7 @@ PARALLEL ?= -n 2 --dist loadfile
 setup: $(BIN)/.installed
 
 train: $(BIN)/.installed
-	$(BIN)/hca-rllib train --env CartPole-v1 --credit hca --stop-timesteps 100000 --output runs/quickstart/$(shell date +%Y%m%d-%H%M%S)
+	$(BIN)/hca-rllib train --env CartPole-v1 --stop-timesteps 100000 --output runs/quickstart/$(shell date +%Y%m%d-%H%M%S)
 
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest -q $(PARALLEL)

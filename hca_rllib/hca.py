@@ -70,10 +70,9 @@ RENAME_REASONS: Dict[str, str] = {
 # The fields `HCAConfig.training()` accepts on top of RLlib's, with their defaults.
 HCA_TRAINING_DEFAULTS: Dict[str, Any] = {
     # Credit estimator (method note, section 2): a2c, hca, c2a2c, mix or expected_hca.
-    # The defaults stay those before issue 11: its candidate (expected_hca with the
-    # evidence trust and the larger classifier, benchmarks/common.DEFAULT_CREDIT) beat
-    # A2C on the credit analysis but lost on every MinAtar game (docs/results.md).
-    "credit": "hca",
+    # The defaults (credit, trust, classifier) are issue 11's, chosen from the benchmarks
+    # (benchmarks/common.DEFAULT_CREDIT; docs/method.md, "Defaults and why").
+    "credit": "expected_hca",
     # `bootstrap`: n-step returns bootstrapped with V at fragment ends;
     # `monte_carlo`: full-episode returns (needs batch_mode="complete_episodes").
     "return_mode": "bootstrap",
@@ -99,7 +98,7 @@ HCA_TRAINING_DEFAULTS: Dict[str, Any] = {
     # evidence is weak (method note, section 2.5): `evidence` (per decision, from
     # evidence accumulated over batches, the episode chunk as the unit), `batch` (one
     # weight per batch from its mean held-out information) or None (pure estimators).
-    "trust": "batch",
+    "trust": "evidence",
     # Full trust at this z-score of the held-out evidence (`evidence`: none below half
     # of it; `batch`: linear from 0).
     "trust_z": 2.0,
@@ -109,14 +108,14 @@ HCA_TRAINING_DEFAULTS: Dict[str, Any] = {
     "trust_information": None,
     # `evidence`: decay of the accumulated evidence per batch (memory 1 / (1 - decay)
     # batches); `batch`: of the moving average of the trust (0: this batch only).
-    "trust_decay": 0.9,
+    "trust_decay": 0.99,
     # `expected_hca` with `evidence` trust: the largest calibration scale applied to
     # q - pi (1 / alpha for a classifier shrunk toward pi by alpha).
     "trust_max_scale": 4.0,
     # `evidence`: where a calibration scale below 1 goes: `weights` (it shrinks the
     # expected-HCA weights; measured in issue 11) or `blend` (it lowers the trust, toward
     # A2C; see docs/results.md, "Issue 11", for why).
-    "trust_calibration": "weights",
+    "trust_calibration": "blend",
     # `evidence`: edges (nats, increasing) of the bins of claimed information
     # KL(q || pi) whose evidence is kept apart; each decision takes its bin's trust and
     # scale. []: one bin for all decisions.
@@ -125,9 +124,9 @@ HCA_TRAINING_DEFAULTS: Dict[str, Any] = {
     "hindsight": copy.deepcopy(HINDSIGHT_DEFAULTS),
     "hindsight_loss_coeff": 1.0,
     # Extra classifier-only passes over each train batch.
-    "hindsight_epochs": 0,
-    # Classifier learning rate; None: same as `lr`.
-    "hindsight_lr": None,
+    "hindsight_epochs": 4,
+    # Classifier learning rate (3x the default `lr`); None: same as `lr`.
+    "hindsight_lr": 2.1e-3,
     # The extra passes also train on the last `hindsight_memory` train batches (their
     # real steps: observations, actions, returns and the behaviour policy's logits), one
     # step per pass on the union. Needs hindsight_epochs >= 1 when > 0.

@@ -50,7 +50,7 @@ HINDSIGHT_DEFAULTS: Dict[str, Any] = {
     # `shared_detached`, `shared` (classifier gradient reaches the policy torso), `separate`.
     "torso": "shared_detached",
     # Hidden layers of f(s, Z).
-    "hiddens": [64],
+    "hiddens": [128, 128],
     # For `return_encoding="bins"`: number of one-hot bins and the range they cover.
     "num_bins": 21,
     "bins_range": [-10.0, 10.0],

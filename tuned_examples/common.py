@@ -12,7 +12,7 @@ Each is both
   and ``--resume``.
 
 `credit=None` means the algorithm's own credit: the package default
-(``HCA_TRAINING_DEFAULTS["credit"]``, ``"hca"``) for HCA, ``"a2c"`` for A2C
+(``HCA_TRAINING_DEFAULTS["credit"]``, ``"expected_hca"``) for HCA, ``"a2c"`` for A2C
 (A2C is the ``credit="a2c"`` member of the family with the hindsight classifier off).
 """
 
