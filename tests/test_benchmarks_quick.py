@@ -1,7 +1,7 @@
 """Smoke tests of the benchmark scripts, so they cannot rot:
 `benchmarks/a2c_parity.py --quick` (CartPole, 2 seeds, 5k env steps per run, both
 libraries) and `benchmarks/credit_modes.py --quick` (bandit and CartPole, a2c and hca,
-1 seed, 5k env steps per run)."""
+1 seed, 5k env steps per run), and the others' `--quick` modes."""
 
 from __future__ import annotations
 
@@ -246,6 +246,31 @@ def test_throughput_quick(tmp_path):
                     "## Projection to a cluster"):
         assert heading in text
 
+
+
+@pytest.mark.benchmark
+def test_env_runner_memory_quick(tmp_path):
+    """`benchmarks/env_runner_memory.py --quick`: Breakout to a 500-step cap (2 envs x 64
+    steps), lean and RLlib's runner in their own processes: every game ends truncated at the
+    cap, the lean runner holds at most envs x lookback steps, RLlib's all but one fragment's."""
+    pytest.importorskip("psutil")
+    _run_script("env_runner_memory.py", "--quick", "--out", tmp_path, timeout=600)
+    data = json.loads((tmp_path / "summary.json").read_text())
+    assert data["setup"]["cap_steps"] == 500 and data["setup"]["num_envs"] == 2
+    for name in ("lean", "rllib"):
+        run = data["samplers"][name]
+        assert run["episode_lengths"] == [500, 500] and run["all_reached_cap"], run
+        for key in ("rss_before_sampling_mib", "peak_rss_mib", "rss_at_10pct_mib",
+                    "rss_at_50pct_mib", "rss_at_100pct_mib", "growth_10_to_100pct_mib"):
+            assert _finite(run[key]), (name, key)
+        assert run["peak_rss_mib"] >= run["rss_at_100pct_mib"] > 100
+        series = run["series"]
+        assert 2 <= len(series["steps_per_env"]) == len(series["rss_mib"]) <= 50
+        assert series["steps_per_env"] == sorted(series["steps_per_env"])
+    lean, rllib = data["samplers"]["lean"], data["samplers"]["rllib"]
+    assert lean["max_held_steps"] <= 2 * lean["lookback"]
+    assert rllib["max_held_steps"] >= 2 * (500 - 2 * 64)
+    assert "| lean |" in (tmp_path / "summary.md").read_text()
 
 # ------------------------------------------------ learning.py and credit_analysis.py
 

@@ -460,3 +460,27 @@ def test_bad_sampler_overlap_is_a_one_line_error(settings, message):
     with pytest.raises(ValueError) as error:
         config.validate()
     assert str(error.value).splitlines()[0] == message
+
+
+def test_lean_carry_holds_at_most_the_lookback_while_the_episode_grows():
+    """One episode that never ends, 2 envs, 25 fragments of 7 steps, lookback 5: between
+    fragments each env's carried state is exactly the last min(5, t) steps of the chunk
+    it returned (every array the same length), while the episode's t keeps growing."""
+    lookback, fragment = 5, 7
+    config = _config(ENDLESS_ID, 2, fragment).env_runners(episode_lookback_horizon=lookback)
+    runner = _runner(config, "lean")
+    assert runner._lookback == lookback
+    for k in range(25):
+        chunks = runner.sample()
+        state = runner._lean
+        assert list(state["t"]) == [fragment * (k + 1)] * 2
+        assert sorted(c.t for c in chunks) == [fragment * (k + 1)] * 2
+        for chunk, carry in zip(sorted(chunks, key=lambda c: state["ids"].index(c.id_)), state["carry"]):
+            assert chunk.t_started == fragment * k and len(chunk) == fragment
+            m = min(lookback, fragment * (k + 1))
+            assert {key: len(value) for key, value in carry.items()} == {key: m for key in carry}
+            actions = chunk.get_actions(indices=slice(-m, None), neg_index_as_lookback=False)
+            np.testing.assert_array_equal(carry["actions"], actions)
+            # The carried observations are the m before the chunk's last one.
+            obs = chunk.observations.data
+            np.testing.assert_array_equal(carry["obs"], obs[len(obs) - 1 - m:len(obs) - 1])
