@@ -336,6 +336,22 @@ class HCATorchLearner(TorchLearner):
         weights = credit.balanced_weights(log_pi, policy_logits.shape[-1], h["balanced_clip"])
         return credit.weighted_cross_entropy(hindsight_logits - policy_logits, actions, weights, mask)
 
+    @classmethod
+    def _pass_loss(cls, module, policy_logits, actions, mask):
+        """`_classifier_loss` as a function of the classifier's logits alone, for passes
+        over the same rows: the real rows are found once (all of them on the lean path:
+        no indexing), and the same ops run on the same values."""
+        if module.hindsight_config["balanced"]:
+            return lambda logits: cls._classifier_loss(module, logits, policy_logits, actions, mask)
+        count = mask.sum().clamp(min=1)
+        rows = None if bool(mask.all()) else mask.nonzero().squeeze(-1)
+
+        def loss(logits):
+            log_q = torch.log_softmax(logits, dim=-1).gather(-1, actions).squeeze(-1)
+            return -(torch.sum(log_q if rows is None else log_q[rows]) / count)
+
+        return loss
+
     @override(TorchLearner)
     def apply_gradients(self, gradients_dict: ParamDict) -> None:
         """Skip the whole update if any gradient is non-finite (a NaN loss gives NaN
@@ -443,12 +459,26 @@ class HCATorchLearner(TorchLearner):
                 returns = torch.cat([returns] + [m["returns"] for m in remembered])
                 actions = torch.cat([actions] + [m["actions"].long().unsqueeze(-1) for m in remembered])
                 mask = torch.cat([mask, torch.ones(len(old_obs), dtype=torch.bool, device=mask.device)])
+            # What every pass recomputed the same (the classifier's input under a shared
+            # torso, the loss's real rows): once. Same ops on the same values as
+            # `hindsight_logits` and `_classifier_loss`: the same weights, bitwise
+            # (tests/test_learner_path.py).
+            inputs = None
+            if module.hindsight_config["torso"] != "separate":
+                with torch.no_grad():
+                    inputs = module.hindsight_input(obs, latent, returns)
+            pass_loss = self._pass_loss(module, logits, actions, mask)
+            need_grads = distributed or not self.config.grad_clip
             for _ in range(self.config.hindsight_epochs):
                 optimizer.zero_grad(set_to_none=True)
-                hindsight_logits = module.hindsight_logits(obs, latent, logits, returns)
-                loss = self._classifier_loss(module, hindsight_logits, logits, actions, mask)
+                if inputs is None:
+                    hindsight_logits = module.hindsight_logits(obs, latent, logits, returns)
+                else:
+                    hindsight_logits = module.hindsight_head(inputs, logits)
+                loss = pass_loss(hindsight_logits)
                 loss.backward()
-                grads = [p.grad for p in params if p.grad is not None]
+                if need_grads:
+                    grads = [p.grad for p in params if p.grad is not None]
                 if distributed:
                     # Outside DDP's forward: average the classifier's gradients by hand.
                     for grad in grads:

@@ -336,6 +336,15 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
         """Logits of `q(a | s, Z)` from the policy's latent and logits (`policy_outputs`)
         and the returns `Z` (training module only)."""
         self._require_training_module("hindsight_logits")
+        return self.hindsight_head(self.hindsight_input(obs, policy_latent, returns), policy_logits)
+
+    def hindsight_input(self, obs: torch.Tensor, policy_latent: torch.Tensor,
+                        returns: torch.Tensor) -> torch.Tensor:
+        """The input of the classifier's head f: its latent (the policy's, or under
+        `torso="separate"` its own torso's) beside the encoded returns. Under a shared
+        torso it depends on the head's parameters not at all, so that passes which step
+        only the head on fixed inputs can compute it once (`HCATorchLearner`'s extra
+        passes)."""
         torso = self.hindsight_config["torso"]
         if torso == "separate":
             latent = self.hindsight_torso(obs)
@@ -347,7 +356,11 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
             with torch.no_grad():
                 values = self._values(obs, policy_latent.detach())
             returns = self.return_encoder_input(returns, values)
-        f = self.hindsight(torch.cat([latent, self.return_encoder(returns)], dim=-1))
+        return torch.cat([latent, self.return_encoder(returns)], dim=-1)
+
+    def hindsight_head(self, inputs: torch.Tensor, policy_logits: torch.Tensor) -> torch.Tensor:
+        """The classifier's logits from `hindsight_input`'s output and the policy's logits."""
+        f = self.hindsight(inputs)
         if self.hindsight_config["parameterization"] == "policy_relative":
             return policy_logits.detach() + f
         return f
