@@ -697,6 +697,40 @@ def horizon_returns(rewards, episode_ids, gamma: float, horizon: Optional[int] =
     return out
 
 
+def steps_to_episode_end(episode_ids) -> np.ndarray:
+    """Per decision, the steps from it to its episode's end, itself included (`T - t` for
+    step `t` of an episode of `T` steps: 1 at the last step): how far the return to the
+    episode's end reaches. Rows as in `horizon_returns` (episodes contiguous). int64."""
+    ids = _as_numpy(episode_ids)
+    if ids.ndim != 1:
+        raise ValueError(f"episode_ids must be 1-d, got shape {ids.shape}")
+    n = len(ids)
+    out = np.empty(n, dtype=np.int64)
+    if n == 0:
+        return out
+    # Episode boundaries: the first row of each run of equal ids.
+    starts = np.flatnonzero(np.concatenate([[True], ids[1:] != ids[:-1]]))
+    ends = np.concatenate([starts[1:], [n]])
+    for a, b in zip(starts, ends):
+        out[a:b] = np.arange(b - a, 0, -1)
+    return out
+
+
+def power_of_two_bins(values) -> np.ndarray:
+    """The bin of each positive integer: `floor(log2(v))`, i.e. 1 | 2-3 | 4-7 | 8-15 | ...
+    (bin `b` covers `[2^b, 2^(b+1) - 1]`). int64."""
+    v = _as_numpy(values).astype(np.int64)
+    if v.size and v.min() < 1:
+        raise ValueError(f"values must be integers >= 1, got min {v.min()}")
+    out = np.zeros(v.shape, dtype=np.int64)
+    rest = v.copy()
+    while (rest > 1).any():
+        more = rest > 1
+        out[more] += 1
+        rest[more] //= 2
+    return out
+
+
 def pointwise_information(log_q_taken, log_pi_taken) -> np.ndarray:
     """`i_t = log q(a_t|s_t,Z_t) - log pi(a_t|s_t)` in nats, per decision (float64).
 

@@ -279,6 +279,7 @@ def fit_classifier(module, data: Dict[str, Any], returns: np.ndarray, fit_rows: 
         return float(np.mean(credit.pointwise_information(log_q, taken_pi_val)))
 
     best, best_state, since, updates, epochs = validation_information(), None, 0, 0, 0
+    improved = False  # False: no epoch beat the initial state (q = pi), which is kept
     best_state = copy.deepcopy([p.detach().clone() for p in parameters])
     history = [best]
     while epochs < fit["max_epochs"] and updates < fit["max_updates"] and since < fit["patience"]:
@@ -300,7 +301,7 @@ def fit_classifier(module, data: Dict[str, Any], returns: np.ndarray, fit_rows: 
         value = validation_information()
         history.append(value)
         if value > best + 1e-5:
-            best, since = value, 0
+            best, since, improved = value, 0, True
             best_state = [p.detach().clone() for p in parameters]
         else:
             since += 1
@@ -308,7 +309,7 @@ def fit_classifier(module, data: Dict[str, Any], returns: np.ndarray, fit_rows: 
         for p, saved in zip(parameters, best_state):
             p.copy_(saved)
     module.eval()
-    return {"epochs": epochs, "updates": updates, "validation_information": best,
+    return {"epochs": epochs, "updates": updates, "validation_information": best, "improved": improved,
             "validation_history": history}
 
 
@@ -357,6 +358,51 @@ def _where(pointwise: np.ndarray, data: Dict[str, Any], rows: np.ndarray, top: i
     mean, low, high = stats.cluster_bootstrap_mean_ci(pointwise[start], episodes[start], reps=4000)
     out["start"] = {"decisions": int(start.sum()), "mean": mean, "ci": [low, high]}
     return out
+
+
+def episode_end_information(per_horizon: Sequence[Dict[str, Any]], pointwise: Dict[str, np.ndarray],
+                            episodes: np.ndarray, steps_to_end: np.ndarray) -> Optional[Dict[str, Any]]:
+    """The long horizon apart from the fragment horizons: the information in the return to
+    the episode's end (horizon `end`), the best fragment horizon K beside it, their paired
+    difference (the same held-out decisions; bootstrap over episodes), and the end
+    horizon's information against the steps left until the episode ends (bins 1, 2-3,
+    4-7, ...; the return to the end reaches that far). None without an `end` horizon."""
+    end = next((r for r in per_horizon if r["horizon"] == "end"), None)
+    if end is None:
+        return None
+    fragments = [r for r in per_horizon if r["horizon"] != "end"]
+    best = max(fragments, key=lambda r: r["information"]) if fragments else None
+    out: Dict[str, Any] = {"information": end["information"], "ci": end["ci"], "start_state": end["start_state"],
+                           "best_fragment": None, "end_minus_fragment": None, "by_steps_to_end": []}
+    if best is not None:
+        out["best_fragment"] = {"horizon": best["horizon"], "information": best["information"], "ci": best["ci"]}
+        diff = pointwise["end"] - pointwise[best["horizon"]]
+        mean, low, high = stats.cluster_bootstrap_mean_ci(diff, episodes)
+        out["end_minus_fragment"] = {"mean": mean, "ci": [low, high]}
+    bins = credit.power_of_two_bins(steps_to_end)
+    for b in np.unique(bins):
+        members = bins == b
+        lo, hi = 2 ** int(b), min(2 ** (int(b) + 1) - 1, int(steps_to_end[members].max()))
+        mean, low, high = stats.cluster_bootstrap_mean_ci(pointwise["end"][members], episodes[members], reps=1000)
+        item = {"steps": str(lo) if lo == hi else f"{lo}-{hi}", "low": lo, "high": hi,
+                "decisions": int(members.sum()), "information": mean, "ci": [low, high]}
+        if best is not None:
+            item["best_fragment_information"] = float(np.mean(pointwise[best["horizon"]][members]))
+        out["by_steps_to_end"].append(item)
+    return out
+
+
+def policy_record(data: Dict[str, Any]) -> Dict[str, Any]:
+    """What the stated policy did: its mean action probabilities and the actions' frequencies,
+    over all decisions and at the start state (t = 0), for checking which policy ran."""
+    probs = np.exp(data["log_pi"])
+    actions, n = data["actions"], probs.shape[-1]
+    start = data["time_steps"] == 0
+    return {"mean_probabilities": probs.mean(0).tolist(),
+            "action_frequencies": (np.bincount(actions, minlength=n) / len(actions)).tolist(),
+            "start_mean_probabilities": probs[start].mean(0).tolist(),
+            "start_action_frequencies": (np.bincount(actions[start], minlength=n) / int(start.sum())).tolist(),
+            "start_decisions": int(start.sum())}
 
 
 def probe(env: str, *, env_config: Optional[Dict[str, Any]] = None, checkpoint=None, module=None,
@@ -486,6 +532,7 @@ def _probe(env, env_config, checkpoint, module, episodes, max_steps, horizons, g
         say(f"horizon {horizon_name(k):>4}: {mean:.4f} nats/decision [{low:.4f}, {high:.4f}] "
             f"({record['epochs']} epochs, {record['updates']} updates)")
     peak = max(per_horizon, key=lambda r: r["information"])
+    steps_to_end = credit.steps_to_episode_end(ep)[held_rows]
     result = {
         "env": env,
         "env_config": dict(env_config or {}),
@@ -505,6 +552,8 @@ def _probe(env, env_config, checkpoint, module, episodes, max_steps, horizons, g
         "horizons": per_horizon,
         "peak_horizon": peak["horizon"],
         "where": _where(pointwise_by_horizon[peak["horizon"]], data, held_rows),
+        "episode_end": episode_end_information(per_horizon, pointwise_by_horizon, ep[held_rows], steps_to_end),
+        "policy_record": policy_record(data),
         "bound": ("held-out mean of log q(a|s,Z) - log pi(a|s): a variational lower bound on I(A; Z | S), "
                   "low by E[KL(posterior || q)]; CI: 95% percentile bootstrap over held-out episodes"),
         "seconds": {"collect": collect_s, "total": None},
@@ -572,6 +621,11 @@ def reading(result: Dict[str, Any], rows: Sequence[Dict[str, Any]]) -> Dict[str,
     if level == "none detectable":
         text.append("The classifier finds nothing the action tells about the return on held-out episodes: a "
                     "hindsight credit mode has nothing to add to A2C here (under this policy and budget).")
+        if not any((h.get("fit") or {}).get("improved", True) for h in result["horizons"]):
+            out["fit_never_improved"] = True
+            text.append("No horizon's classifier beat its initial state (q = pi) on the validation episodes, so "
+                        "the estimate is 0 by construction: a lower bound of 0, not a measured 0. More episodes "
+                        "(--episodes, --max-steps) may find information this fit missed.")
     else:
         top = c["top_share"]
         spread = ("concentrated" if top is not None and top == top and top >= 0.5 else "spread out")
@@ -586,6 +640,27 @@ def reading(result: Dict[str, Any], rows: Sequence[Dict[str, Any]]) -> Dict[str,
         else:
             text.append(f"Horizon: 80% of the peak information is in the next {shortest} step(s) of return; "
                         f"a rollout fragment of at least {shortest} steps carries it.")
+    end = result.get("episode_end")
+    if end is not None:
+        out["end_information"], out["end_ci"] = end["information"], end["ci"]
+        line = (f"Long horizon: the return to the episode's end holds {end['information']:.4f} nats per decision "
+                f"[{end['ci'][0]:.4f}, {end['ci'][1]:.4f}]")
+        d, best = end.get("end_minus_fragment"), end.get("best_fragment")
+        if d is not None and best is not None:
+            out["end_minus_fragment"] = d
+            line += (f"; the best fragment horizon, K = {best['horizon']}, {best['information']:.4f}; end minus "
+                     f"fragment {d['mean']:+.4f} [{d['ci'][0]:+.4f}, {d['ci'][1]:+.4f}]")
+            if d["ci"][0] > 0:
+                line += (f": the episode's end holds information no fragment of {best['horizon']} steps sees "
+                         "(return_mode='monte_carlo', or fragments longer than the episodes, reach it).")
+            elif d["ci"][1] < 0:
+                line += (f": less to the end than in {best['horizon']} steps (the longer sum adds noise); a "
+                         f"fragment of {best['horizon']} steps is enough.")
+            else:
+                line += ": no measurable difference."
+        else:
+            line += "."
+        text.append(line)
     if rows:
         def key(value: float) -> float:
             return math.log10(max(value, 1e-5))
@@ -668,8 +743,13 @@ def markdown(result: Dict[str, Any]) -> str:
              f"Policy: {r['policy']}. {r['episodes']:,} complete episodes ({r['decisions']:,} decisions, mean "
              f"length {r['mean_episode_length']:.1f}, mean return {r['mean_episode_return']:.3f}); "
              f"gamma {r['gamma']}; seed {r['seed']}; {r['split']['held_out_fraction']:.0%} of the episodes held "
-             f"out ({r['split']['held_out_decisions']:,} decisions). {r['seconds']['total']:.0f} s.", "",
-             "## Reading", ""]
+             f"out ({r['split']['held_out_decisions']:,} decisions). {r['seconds']['total']:.0f} s.", ""]
+    pr = r.get("policy_record")
+    if pr is not None:
+        lines += [f"Policy at the start state (t = 0, {pr['start_decisions']:,} decisions): mean probabilities "
+                  + "[" + ", ".join(f"{v:.4f}" for v in pr["start_mean_probabilities"]) + "], actions taken "
+                  + "[" + ", ".join(f"{v:.4f}" for v in pr["start_action_frequencies"]) + "].", ""]
+    lines += ["## Reading", ""]
     lines += [f"- {t}" for t in r["reading"]["text"]]
     if r["reading"]["benchmark_rows"]:
         lines += ["", "Supporting benchmark rows (this probe, uniform policy; credit mode minus A2C from the "
@@ -696,7 +776,29 @@ def markdown(result: Dict[str, Any]) -> str:
                      f"{_fmt(h['information_on_fit_episodes'])} | {100 * c['share_above_threshold']:.1f}% | "
                      f"{top} | "
                      f"{h['fit']['epochs']} |")
-    lines += ["", "![information against horizon](information_horizon.png)", "",
+    lines += ["", "![information against horizon](information_horizon.png)", ""]
+    end = r.get("episode_end")
+    if end is not None:
+        lines += ["## Long horizon: the return to the episode's end", "",
+                  f"I(A; Z | S) with Z the return to the episode's end: {_fmt(end['information'])} "
+                  f"[{_fmt(end['ci'][0])}, {_fmt(end['ci'][1])}] nats per decision; at the start state "
+                  f"{_fmt(end['start_state']['information'])} [{_fmt(end['start_state']['ci'][0])}, "
+                  f"{_fmt(end['start_state']['ci'][1])}]."]
+        best, d = end.get("best_fragment"), end.get("end_minus_fragment")
+        if best is not None and d is not None:
+            lines += ["", f"Best fragment horizon K = {best['horizon']}: {_fmt(best['information'])} "
+                      f"[{_fmt(best['ci'][0])}, {_fmt(best['ci'][1])}]; end minus fragment, paired on the same "
+                      f"held-out decisions: {d['mean']:+.4f} [{d['ci'][0]:+.4f}, {d['ci'][1]:+.4f}]."]
+        lines += ["", "Against the steps left until the episode ends (the reach of the return to the end):", "",
+                  "| steps to the end | decisions | I, return to the end [95% CI] |"
+                  + (f" I, K = {best['horizon']} |" if best is not None else ""),
+                  "|---|---:|---|" + ("---:|" if best is not None else "")]
+        for item in end["by_steps_to_end"]:
+            lines.append(f"| {item['steps']} | {item['decisions']:,} | {_fmt(item['information'])} "
+                         f"[{_fmt(item['ci'][0])}, {_fmt(item['ci'][1])}] |"
+                         + (f" {_fmt(item.get('best_fragment_information'))} |" if best is not None else ""))
+        lines.append("")
+    lines += [
               f"## Where it lives (horizon {r['peak_horizon']})", "",
               "Time steps holding the most information (sum of pointwise information over held-out decisions):", "",
               "| time step | decisions | mean [95% CI] | share of the information |", "|---:|---:|---|---:|"]

@@ -97,6 +97,20 @@ def test_split_is_disjoint_covering_and_seeded():
     assert not (split_episodes(ids, 0.3, seed=5)[2] == held).all()
 
 
+def test_steps_to_episode_end_and_their_bins_equal_a_count():
+    rng = np.random.default_rng(5)
+    lengths = rng.integers(1, 40, size=25)
+    ids = np.repeat(np.arange(25), lengths)
+    got = credit.steps_to_episode_end(ids)
+    expected = [int((ids[t:] == ids[t]).sum()) for t in range(len(ids))]  # episodes contiguous
+    np.testing.assert_array_equal(got, expected)
+    bins = credit.power_of_two_bins(got)
+    assert ((2 ** bins <= got) & (got < 2 ** (bins + 1))).all()
+    np.testing.assert_array_equal(credit.power_of_two_bins([1, 2, 3, 4, 7, 8, 1000]), [0, 1, 1, 2, 2, 3, 9])
+    with pytest.raises(ValueError, match=">= 1"):
+        credit.power_of_two_bins([0, 3])
+
+
 # ------------------------------------------------------------------- the probe
 
 
@@ -173,6 +187,51 @@ def test_report_writes_markdown_json_and_plots(tmp_path):
     assert "## Reading" in text and "information against horizon" in text
     for name in ("probe.json", "information_horizon.png", "pointwise_information.png"):
         assert (tmp_path / name).stat().st_size > 0
+
+
+def test_the_episode_end_is_reported_apart_from_the_fragment_horizons(tmp_path):
+    """L = 3, noise 1: the return over the next step (K = 1) tells nothing about the first
+    action, the return to the episode's end does (I(A; Z | S0) = 0.141 nats, a quarter of it
+    per decision). The end horizon is reported on its own: its paired difference to the best
+    fragment excludes 0, and by steps to the end the information sits at 4 steps (the start
+    state, the same decisions as `start_state`)."""
+    result = probe(DELAYED, env_config={"length": 3, "noise_std": 1.0}, episodes=800, horizons=[1, None],
+                   benchmark_summary=None, keep_data=True)
+    end, rows = result["episode_end"], {h["horizon"]: h for h in result["horizons"]}
+    assert end["information"] == rows["end"]["information"] and end["ci"] == rows["end"]["ci"]
+    assert end["best_fragment"]["horizon"] == "1"
+    pointwise, held = result["data"]["pointwise"], result["data"]["held_out_rows"]
+    assert end["end_minus_fragment"]["mean"] == pytest.approx(np.mean(pointwise["end"] - pointwise["1"]))
+    assert end["end_minus_fragment"]["ci"][0] > 0.0
+    assert rows["end"]["fit"]["improved"]
+    by_steps = {item["steps"]: item for item in end["by_steps_to_end"]}
+    assert list(by_steps) == ["1", "2-3", "4"]
+    n_held = len(result["split"]["held_out_episodes"])
+    assert [item["decisions"] for item in by_steps.values()] == [n_held, 2 * n_held, n_held]
+    assert sum(item["decisions"] for item in by_steps.values()) == len(held)
+    assert by_steps["4"]["information"] == pytest.approx(rows["end"]["start_state"]["information"])
+    assert by_steps["4"]["ci"][0] > 0.05 and abs(by_steps["1"]["information"]) < 0.02
+    assert any(line.startswith("Long horizon:") and "no fragment of 1 steps sees" in line
+               for line in result["reading"]["text"])
+    text = write_probe_report(result, tmp_path).read_text()
+    assert "## Long horizon: the return to the episode's end" in text and "| 2-3 |" in text
+    saved = __import__("json").loads((tmp_path / "probe.json").read_text())
+    assert saved["episode_end"]["by_steps_to_end"][2]["steps"] == "4"
+    # Without an end horizon there is no long-horizon block.
+    short = probe(DELAYED, env_config={"length": 3, "noise_std": 1.0}, episodes=100, horizons=[1],
+                  benchmark_summary=None)
+    assert short["episode_end"] is None and not any(t.startswith("Long horizon") for t in short["reading"]["text"])
+
+
+def test_a_fit_that_never_beat_q_equal_pi_is_read_as_a_bound_of_zero():
+    h = {"horizon": "end", "information": 0.0, "ci": [0.0, 0.0],
+         "concentration": {"share_above_threshold": 0.0, "top_share": float("nan"), "threshold": 0.05},
+         "fit": {"improved": False}}
+    r = reading({"horizons": [h], "peak_horizon": "end"}, [])
+    assert r["level"] == "none detectable" and r["fit_never_improved"]
+    assert any("0 by construction" in line for line in r["text"])
+    h["fit"]["improved"] = True
+    assert "fit_never_improved" not in reading({"horizons": [h], "peak_horizon": "end"}, [])
 
 
 def test_reading_rules_are_measured_not_per_env():
@@ -263,3 +322,62 @@ def test_oracle_settings_agree_with_the_closed_form(task, config):
         assert start["ci"][0] > 0.0
     else:  # nearly none: the CI reaches down to (or below) a small value
         assert start["ci"][0] <= 0.02
+
+
+# --------------------------------------------------------- a checkpoint's policy (slow)
+
+
+def _files(root):
+    return {str(path.relative_to(root)): path.read_bytes() for path in sorted(root.rglob("*")) if path.is_file()}
+
+
+@pytest.mark.slow  # trains a short run (embedded Ray) before probing it
+def test_probe_of_a_trained_checkpoint_uses_its_policy_and_never_trains_it(ray_local, tmp_path, monkeypatch,
+                                                                          capsys):
+    """`hca-rllib train` a few iterations on the delayed effect, then `hca-rllib probe
+    --checkpoint RUN`: the probe's recorded start-state probabilities are the checkpoint
+    module's own (to float precision; a uniform or freshly initialised policy gives other
+    values), the actions follow them, and neither the module the probe ran nor the
+    checkpoint's files change."""
+    from hca_rllib import evaluation
+    from hca_rllib.cli import main
+
+    run = tmp_path / "run"
+    assert main(["train", "--env", DELAYED, "--stop-timesteps", "1024", "--checkpoint-every", "0",
+                 "--wandb", "off", "--no-tensorboard", "--num-envs-per-env-runner", "4",
+                 "--set", "train_batch_size_per_learner=256", "--set", "lr=0.01", "--output", str(run)]) == 0
+    checkpoint = evaluation.find_checkpoint(run)
+    files = _files(checkpoint)
+    reference = evaluation._load_module(checkpoint)
+    with torch.no_grad():
+        _, logits = reference.policy_outputs(torch.tensor([[1.0, 0.0]]))  # the start state's observation
+    expected = torch.softmax(logits.double(), -1)[0].numpy()
+    assert abs(expected[0] - 0.5) > 1e-4  # trained: not the uniform policy the probe uses by default
+
+    used = []
+
+    def load_and_keep(path):
+        module = evaluation_load(path)
+        used.append((module, {k: v.clone() for k, v in module.state_dict().items()}))
+        return module
+
+    evaluation_load = evaluation._load_module
+    monkeypatch.setattr(evaluation, "_load_module", load_and_keep)
+    capsys.readouterr()
+    out = tmp_path / "probe"
+    assert main(["probe", "--checkpoint", str(run), "--episodes", "400", "--horizons", "1,end",
+                 "--output", str(out)]) == 0
+    assert "Information:" in capsys.readouterr().out
+    saved = __import__("json").loads((out / "probe.json").read_text())
+    assert saved["env"] == DELAYED and saved["policy"] == f"trained policy (checkpoint {checkpoint})"
+    record = saved["policy_record"]
+    np.testing.assert_allclose(record["start_mean_probabilities"], expected, rtol=1e-5)
+    n = record["start_decisions"]
+    assert n == 400 and abs(record["start_action_frequencies"][0] - expected[0]) < 4 * math.sqrt(0.25 / n)
+    # The module the probe ran: unchanged weights and buffers, no gradients; the files too.
+    (module, before), = used
+    after = module.state_dict()
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+    assert all(p.grad is None for p in module.parameters())
+    assert all(torch.equal(v, reference.state_dict()[k]) for k, v in after.items())
+    assert _files(checkpoint) == files
