@@ -6,10 +6,14 @@ timestep loop of ``_sample`` (``sample()``'s framing, weight sync, state, checkp
 ``make_env``/``make_module`` and fault handling are RLlib's):
 
 * One fused path per vector step: observations (or the stacked frames) to a tensor, the
-  module's ``_forward_exploration`` under ``torch.inference_mode``, an action sampled
-  from the logits with ``torch.distributions.Categorical`` (what RLlib's ``GetActions``
-  does, the same random stream), ``env.step``. No connector pipelines, no per-step dicts,
-  episode objects or metrics.
+  policy logits under ``torch.inference_mode``, an action sampled from them as
+  ``torch.distributions.Categorical`` does (what RLlib's ``GetActions`` does, the same
+  random stream), ``env.step``. No connector pipelines, no per-step dicts, episode
+  objects or metrics. For the stock module the logits and the draw come from
+  :mod:`hca_rllib.fast_policy` (flat torch calls, each conv layer's kernel picked by
+  timing, Categorical's draw in fewer ops; a finite-logits check per fragment); other
+  modules get their own ``_forward_exploration`` and ``Categorical``
+  (``PlainLeanEnvRunner`` forces that path).
 * Preallocated numpy buffers per fragment; the ``SingleAgentEpisode`` chunks are built
   once per ``sample()`` from them, with what RLlib's path stores: observations including
   the last one, actions, rewards, terminated/truncated, the extra model outputs
@@ -357,7 +361,7 @@ class LeanEnvRunner(SingleAgentEnvRunner):
                 self._lean_record(f, v, everything, results, None)
                 v += 1
         s["needs_reset"] = needs_reset
-        if f["logits"] is not None and not np.isfinite(b["logits"][:v]).all():
+        if f["logits"] is not None and explore and not np.isfinite(b["logits"][:v]).all():
             # What torch.multinomial (Categorical.sample) refuses at the step itself.
             raise ValueError("sampler='lean': the policy's logits are not all finite "
                              "(probability tensor contains either inf, nan or element < 0)")
