@@ -6,10 +6,14 @@ timestep loop of ``_sample`` (``sample()``'s framing, weight sync, state, checkp
 ``make_env``/``make_module`` and fault handling are RLlib's):
 
 * One fused path per vector step: observations (or the stacked frames) to a tensor, the
-  module's ``_forward_exploration`` under ``torch.inference_mode``, an action sampled
-  from the logits with ``torch.distributions.Categorical`` (what RLlib's ``GetActions``
-  does, the same random stream), ``env.step``. No connector pipelines, no per-step dicts,
-  episode objects or metrics.
+  policy logits under ``torch.inference_mode``, an action sampled from them as
+  ``torch.distributions.Categorical`` does (what RLlib's ``GetActions`` does, the same
+  random stream), ``env.step``. No connector pipelines, no per-step dicts, episode
+  objects or metrics. For the stock module the logits and the draw come from
+  :mod:`hca_rllib.fast_policy` (flat torch calls, each conv layer's kernel picked by
+  timing, Categorical's draw in fewer ops; a finite-logits check per fragment); other
+  modules get their own ``_forward_exploration`` and ``Categorical``
+  (``PlainLeanEnvRunner`` forces that path).
 * Preallocated numpy buffers per fragment; the ``SingleAgentEpisode`` chunks are built
   once per ``sample()`` from them, with what RLlib's path stores: observations including
   the last one, actions, rewards, terminated/truncated, the extra model outputs
@@ -63,7 +67,10 @@ from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.utils.annotations import override
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 
+from ray.rllib.core.rl_module.torch import TorchRLModule
+
 from hca_rllib.envs.groups import EnvGroups, split_vector_env
+from hca_rllib.fast_policy import ConvBackends, policy_plan, sample_actions
 
 logger = logging.getLogger(__name__)
 
@@ -142,6 +149,11 @@ class _InfoLists:
 class LeanEnvRunner(SingleAgentEnvRunner):
     """RLlib's SingleAgentEnvRunner with a fused, buffered timestep loop (module docs)."""
 
+    # The inference pass of `hca_rllib.fast_policy` (flat torch calls, conv kernel by
+    # measurement, fewer-op action draw); False: the module's `_forward_exploration` and
+    # `torch.distributions.Categorical` (the comparison `benchmarks/throughput.py` runs).
+    fast_policy = True
+
     @override(SingleAgentEnvRunner)
     def __init__(self, *, config, **kwargs):
         super().__init__(config=config, **kwargs)
@@ -158,6 +170,8 @@ class LeanEnvRunner(SingleAgentEnvRunner):
         self._buffers: Optional[Dict[str, np.ndarray]] = None
         # (length, return, duration) of the episodes completed since get_metrics().
         self._lean_episode_stats: List[tuple] = []
+        # The conv kernel chosen per layer and input shape (`fast_policy.ConvBackends`).
+        self._conv_backends = ConvBackends()
 
     def _unsupported_connectors(self) -> Optional[str]:
         for pipeline, allowed, what in ((self._env_to_module, _ENV_TO_MODULE_OK, "env-to-module"),
@@ -304,6 +318,7 @@ class LeanEnvRunner(SingleAgentEnvRunner):
         f = {
             "b": b, "explore": explore, "stack": s.get("stack"), "frame": s["obs"].shape[-1],
             "forward": module._forward_exploration if explore else module._forward_inference,
+            "logits": self._policy_plan(module, explore, s),
             "needs_reset": s["needs_reset"].copy(),
             # Row of the first real step of each env's current chunk in this fragment.
             "seg_start": np.where(s["needs_reset"], 1, 0),
@@ -346,6 +361,10 @@ class LeanEnvRunner(SingleAgentEnvRunner):
                 self._lean_record(f, v, everything, results, None)
                 v += 1
         s["needs_reset"] = needs_reset
+        if f["logits"] is not None and explore and not np.isfinite(b["logits"][:v]).all():
+            # What torch.multinomial (Categorical.sample) refuses at the step itself.
+            raise ValueError("sampler='lean': the policy's logits are not all finite "
+                             "(probability tensor contains either inf, nan or element < 0)")
         seg_start = f["seg_start"]
         running: List[SingleAgentEpisode] = []
         for i in range(n):
@@ -359,19 +378,40 @@ class LeanEnvRunner(SingleAgentEnvRunner):
         self._increase_sampled_metrics(ts, len(done_episodes))
         return done_episodes + running
 
+    def _policy_plan(self, module, explore: bool, s: Dict[str, Any]):
+        """`fast_policy.policy_plan` for this fragment, or None: the module's own forward
+        pass and `Categorical` (`fast_policy = False`, or a module whose forward passes
+        are not the stock ones)."""
+        if not self.fast_policy:
+            return None
+        name = "_forward_exploration" if explore else "_forward_inference"
+        if getattr(type(module), name, None) is not getattr(TorchRLModule, name):
+            return None
+        example = s["stack"] if s.get("stack") is not None else s["obs"]
+        env = self._vector_env()
+        if isinstance(env, EnvGroups):  # the policy runs on one group's envs at a time
+            example = example[env.slices[0]]
+        return policy_plan(module, self._conv_backends, torch.from_numpy(np.ascontiguousarray(example)))
+
     def _lean_act(self, f: Dict[str, Any], v: int, sl: slice) -> np.ndarray:
         """The actions of envs `sl` at row `v` from the policy (logits, log-probs stored)."""
         b, stack = f["b"], f["stack"]
         module_obs = stack[sl] if stack is not None else b["obs"][v, sl]
+        plan = f["logits"]
         with torch.inference_mode():
-            logits = f["forward"]({Columns.OBS: torch.from_numpy(module_obs)})[Columns.ACTION_DIST_INPUTS]
-            if f["explore"]:
+            if plan is not None:
+                logits = plan(torch.from_numpy(module_obs))
+            else:
+                logits = f["forward"]({Columns.OBS: torch.from_numpy(module_obs)})[Columns.ACTION_DIST_INPUTS]
+            if not f["explore"]:
+                actions = torch.argmax(logits, dim=-1)
+                logp = torch.zeros(actions.shape, dtype=logits.dtype)
+            elif plan is not None:
+                actions, logp = sample_actions(logits)
+            else:
                 dist = torch.distributions.Categorical(logits=logits, validate_args=False)
                 actions = dist.sample()
                 logp = dist.log_prob(actions)
-            else:
-                actions = torch.argmax(logits, dim=-1)
-                logp = torch.zeros(actions.shape, dtype=logits.dtype)
         b["act"][v, sl] = actions.numpy()
         b["logp"][v, sl] = logp.numpy()
         b["logits"][v, sl] = logits.numpy()
@@ -500,3 +540,10 @@ class LeanEnvRunner(SingleAgentEnvRunner):
             self._log_episode_metrics(length, ret, duration)
         self._lean_episode_stats.clear()
         return super().get_metrics()
+
+
+class PlainLeanEnvRunner(LeanEnvRunner):
+    """The lean runner with the module's own forward pass and `Categorical` per step
+    (`fast_policy = False`): what `benchmarks/throughput.py`'s `a2c_plain_act` runs."""
+
+    fast_policy = False

@@ -1,0 +1,243 @@
+"""The lean sampler's inference pass: the policy logits of `HCATorchRLModule._forward`
+as one flat list of torch calls, and an action draw with fewer ops than
+`torch.distributions.Categorical` (the same numbers, the same random stream).
+
+Why: on these CPUs a torch op costs microseconds of dispatch however small its
+tensors, and at MinAtar's batch of 8 the module's forward pass (twelve `nn.Module`
+calls, two layout permutes, oneDNN's convolution) and `Categorical`'s sample and
+log-prob (about 25 aten ops, multinomial's validity checks among them) were most of a
+vector step (benchmarks/results/throughput_fast/summary.md).
+
+* :func:`policy_plan` reads the stock module's layers (RLlib Catalog's CNN or MLP
+  encoder, the dense layers after it, the policy head) and returns a callable computing
+  `_forward`'s logits with the same functional ops, or None for any other module (a
+  subclass that overrides `_forward` or `Torso.forward`, layer norms, other
+  activations): the runner then calls the module's own `_forward_exploration`.
+  Parameters are read by reference, so weight syncs (in-place `load_state_dict`) are
+  seen; the runner rebuilds the plan at every `sample()` anyway.
+* Convolution backend, per layer, by measurement: oneDNN (what `nn.Conv2d` runs on
+  CPU) or torch's native im2col + GEMM kernel (`thnn_conv2d`) on a contiguous NCHW
+  input. At MinAtar's Conv2d(4, 16, 3) on batch 8 the native kernel took less than half
+  of oneDNN's time; at Pong's Conv2d(4, 32, 8, 4) on batch 16 oneDNN was 3-4x faster.
+  :class:`ConvBackends` times both on the layer's real input the first time a shape is
+  seen (7 interleaved rounds of 3 calls each, medians compared), and takes the native
+  kernel only when it is at least 20% faster AND its output agrees with oneDNN's
+  (`allclose`, rtol 1e-4, atol 1e-5; float sums in another order). Otherwise, or when
+  `torch._C._nn.thnn_conv2d` is missing, the layer keeps `F.conv2d`. A wrong pick on a
+  noisy machine costs speed only, never correctness. The choice is kept per runner and
+  shape (`LeanEnvRunner._conv_backends`).
+* :func:`sample_actions`: `Categorical(logits).sample()` is `torch.multinomial(probs, 1)`
+  on `probs = softmax(logits - logsumexp(logits))`, and torch's multinomial draws one
+  sample as `argmax(probs / q)` with `q ~ Exp(1)` from the default generator (its
+  "gumbel" fast path). This does those steps directly (and `logsumexp`'s, without its
+  masking of infinite maxima): the same probabilities, the same
+  exponential draws, so the same actions bit for bit under the same seed
+  (tests/test_fast_policy.py checks it against `Categorical`); log-probs are
+  `Categorical.log_prob`'s gather on the normalised logits. Multinomial's check that the
+  probabilities are finite is replaced by the runner's one check per fragment that the
+  logits are finite.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable, Dict, List, Optional, Tuple
+
+import torch
+from torch import nn
+
+logger = logging.getLogger(__name__)
+
+# Take the native convolution only when it is at least this much faster (median ratio).
+NATIVE_CONV_MARGIN = 0.8
+CALIBRATION_ROUNDS = 7
+CALIBRATION_CALLS = 3
+
+
+def _native_conv_available() -> bool:
+    return hasattr(torch._C._nn, "thnn_conv2d")
+
+
+class ConvBackends:
+    """Per-layer choice between oneDNN and the native conv kernel, by timing (module docs)."""
+
+    def __init__(self):
+        # (layer index, input shape) -> "native" or "onednn"
+        self.choice: Dict[Tuple[int, Tuple[int, ...]], str] = {}
+
+    def choose(self, index: int, layer: nn.Conv2d, x: torch.Tensor) -> str:
+        key = (index, tuple(x.shape))
+        if key not in self.choice:
+            self.choice[key] = self._measure(layer, x)
+            logger.info("lean sampler: conv layer %d on input %s: %s kernel", index,
+                        tuple(x.shape), self.choice[key])
+        return self.choice[key]
+
+    @staticmethod
+    def _measure(layer: nn.Conv2d, x: torch.Tensor) -> str:
+        if not _native_conv_available():
+            return "onednn"
+        onednn = lambda: nn.functional.conv2d(x, layer.weight, layer.bias, layer.stride)  # noqa: E731
+        xc = x.contiguous()
+        native = lambda: _native_conv(layer, xc)  # noqa: E731
+        try:
+            with torch.inference_mode():
+                a, b = onednn(), native()
+                if a.shape != b.shape or not torch.allclose(a, b, rtol=1e-4, atol=1e-5):
+                    return "onednn"
+                times: Dict[str, List[float]] = {"onednn": [], "native": []}
+                for _ in range(CALIBRATION_ROUNDS):
+                    for name, fn in (("onednn", onednn), ("native", native)):
+                        t = time.perf_counter()
+                        for _ in range(CALIBRATION_CALLS):
+                            fn()
+                        times[name].append(time.perf_counter() - t)
+        except RuntimeError:
+            return "onednn"
+        med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
+        return "native" if med["native"] < NATIVE_CONV_MARGIN * med["onednn"] else "onednn"
+
+
+def _native_conv(layer: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
+    return torch._C._nn.thnn_conv2d(x, layer.weight, layer.kernel_size, layer.bias,
+                                    layer.stride, layer.padding)
+
+
+def _conv_ok(layer: nn.Conv2d) -> bool:
+    return (layer.groups == 1 and tuple(layer.dilation) == (1, 1) and layer.padding_mode == "zeros"
+            and isinstance(layer.padding, tuple))
+
+
+def _leaf_steps(layers, fresh: bool) -> Optional[list]:
+    """(kind, layer) per leaf of a Sequential, or None for a layer this path does not know."""
+    steps = []
+    for layer in layers:
+        if type(layer) is nn.Linear:
+            steps.append(("linear", layer))
+        elif type(layer) in (nn.ReLU, nn.Tanh):
+            steps.append(("relu" if type(layer) is nn.ReLU else "tanh", layer))
+        elif type(layer) is nn.Identity:
+            continue
+        elif type(layer) is nn.Conv2d and _conv_ok(layer):
+            steps.append(("conv", layer))
+        elif type(layer) is nn.ZeroPad2d:
+            steps.append(("pad", layer))
+        else:
+            return None
+    return steps
+
+
+def policy_plan(module, backends: ConvBackends, example_obs: torch.Tensor
+                ) -> Optional[Callable[[torch.Tensor], torch.Tensor]]:
+    """A callable `obs -> logits` equal to `module._forward({obs})[ACTION_DIST_INPUTS]`
+    (up to the conv kernel's float rounding), or None when `module` is not the stock
+    HCATorchRLModule structure. `example_obs`: a batch like the ones it will get (the
+    conv backends are timed on it the first time its shape is seen)."""
+    from ray.rllib.core.models.torch.encoder import TorchCNNEncoder, TorchMLPEncoder
+    from ray.rllib.core.models.torch.primitives import TorchCNN, TorchMLP
+
+    from hca_rllib.module import HCATorchRLModule, Torso
+
+    if type(module)._forward is not HCATorchRLModule._forward:
+        return None
+    torso, head = getattr(module, "pi_torso", None), getattr(module, "pi", None)
+    if type(torso) is not Torso or type(head) is not nn.Linear:
+        return None
+    encoder = torso.encoder
+    cnn_steps: list = []
+    if type(encoder) is TorchCNNEncoder:
+        net = list(encoder.net)
+        if not net or type(net[0]) is not TorchCNN:
+            return None
+        if len(net) == 2 and type(net[1]) is nn.Flatten and (net[1].start_dim, net[1].end_dim) == (1, -1):
+            flatten = True
+        elif len(net) == 1:
+            flatten = False
+        else:
+            return None
+        cnn_steps = _leaf_steps(net[0].cnn, True)
+        dense_before = []
+    elif type(encoder) is TorchMLPEncoder and type(encoder.net) is TorchMLP:
+        flatten = False
+        dense_before = _leaf_steps(encoder.net.mlp, True)
+    else:
+        return None
+    post = torso.post
+    post_steps = [] if type(post) is nn.Identity else (
+        _leaf_steps(post, True) if type(post) is nn.Sequential else None)
+    if cnn_steps is None or dense_before is None or post_steps is None:
+        return None
+    if any(kind in ("conv", "pad") for kind, _ in dense_before + post_steps):
+        return None
+    scale = bool(torso.scale_uint8)
+    is_cnn = type(encoder) is TorchCNNEncoder
+
+    # Pick each conv layer's kernel on a real batch (the layers' true inputs).
+    conv_kind: Dict[int, str] = {}
+    if is_cnn:
+        with torch.inference_mode():
+            x = example_obs.float()
+            if scale:
+                x = x / 255.0
+            x = x.permute(0, 3, 1, 2)
+            for i, (kind, layer) in enumerate(cnn_steps):
+                if kind == "conv":
+                    conv_kind[i] = backends.choose(i, layer, x)
+                x = _apply(kind, layer, x, "onednn", fresh=False)
+    dense = dense_before + post_steps + [("linear", head)]
+
+    def logits(obs: torch.Tensor) -> torch.Tensor:
+        x = obs.float()
+        fresh = x is not obs
+        if scale:
+            if fresh:
+                x.div_(255.0)
+            else:
+                x = x / 255.0
+                fresh = True
+        if is_cnn:
+            x = x.permute(0, 3, 1, 2)
+            for i, (kind, layer) in enumerate(cnn_steps):
+                x = _apply(kind, layer, x, conv_kind.get(i, "onednn"), fresh)
+                fresh = True
+            x = x.permute(0, 2, 3, 1)
+            if flatten:
+                x = x.flatten(1)
+        for kind, layer in dense:
+            x = _apply(kind, layer, x, "onednn", fresh)
+            fresh = True
+        return x
+
+    return logits
+
+
+def _apply(kind: str, layer, x: torch.Tensor, conv: str, fresh: bool) -> torch.Tensor:
+    """One layer as `nn.Module.forward` computes it; activations in place on tensors this
+    pass made (`fresh`), never on the caller's observations."""
+    if kind == "linear":
+        return torch._C._nn.linear(x, layer.weight, layer.bias)
+    if kind == "relu":
+        return torch.relu_(x) if fresh else torch.relu(x)
+    if kind == "tanh":
+        return torch.tanh_(x) if fresh else torch.tanh(x)
+    if kind == "pad":
+        return nn.functional.pad(x, layer.padding, "constant", layer.value)
+    # conv
+    if conv == "native":
+        return _native_conv(layer, x.contiguous())
+    return nn.functional.conv2d(x, layer.weight, layer.bias, layer.stride, layer.padding)
+
+
+def sample_actions(logits: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """`(actions, log-probs)` as `Categorical(logits=logits)`'s `sample()` and
+    `log_prob()` give them: the same values, the same draws of torch's default
+    generator (module docs). `logits`: [B, A], finite."""
+    # `logsumexp`'s own steps (ReduceOps.cpp: amax, sum of exp(x - max), log, + max), less
+    # its masking of an infinite max (finite logits): 6 aten calls instead of about 30.
+    top = logits.amax(-1, keepdim=True)
+    norm = logits - (logits - top).exp_().sum(-1, keepdim=True).log_().add_(top)
+    probs = norm.softmax(-1)
+    q = torch.empty_like(probs).exponential_(1)
+    actions = probs.div_(q).argmax(-1, keepdim=True)
+    return actions.squeeze(-1), norm.gather(-1, actions).squeeze(-1)
