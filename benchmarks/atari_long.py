@@ -373,7 +373,9 @@ def plot(records: Dict[str, Dict[str, Any]], out: Path) -> None:
     for ax, game in zip(axes[0], games):
         for name, r in records.items():
             if r["game"] == game and r["curve"]["env_steps"]:
-                score = [math.nan if v is None else v for v in r["curve"]["score"] or []]
+                # No episode ended yet (a short run): the column is stored as None.
+                score = [math.nan if v is None else v
+                         for v in r["curve"]["score"] or [None] * len(r["curve"]["env_steps"])]
                 ax.plot(r["curve"]["env_steps"], score, label=f"{r['method']} seed {r['seed']}")
         for (label, value), style in zip(REFERENCES.get(game, []), ("--", ":")):
             ax.axhline(value, color="grey", linestyle=style, label=f"{label}: {value}")

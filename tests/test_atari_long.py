@@ -106,3 +106,36 @@ def test_atari_long_second_start_resumes(short_cell):
     record = json.loads((short_cell / f"{atari_long.QUICK_CELL}.json").read_text())
     assert record["sessions"][-1]["from_env_steps"] == before[-1]["env_steps"]
     assert [s["from_env_steps"] for s in record["sessions"]] == [0, before[-1]["env_steps"]]
+
+
+@pytest.mark.benchmark
+def test_driver_stops_cleanly_when_tests_start(tmp_path):
+    """A test suite that starts mid-run: the cell checkpoints at its last iteration, stores
+    its record and the driver exits 75 (`--on-tests stop`)."""
+    from hca_rllib.runner import checkpoints_newest_first, read_results, verify_checkpoint
+
+    name = _fake_name()
+    out, runs = tmp_path / "out", tmp_path / "runs"
+    driver = subprocess.Popen([sys.executable, str(SCRIPT), "--cells", atari_long.QUICK_CELL, "--quick-child",
+                               "--out", str(out), "--runs", str(runs), "--target-steps", "100000",
+                               "--checkpoint-minutes", "60", "--on-tests", "stop", "--guard-names", name],
+                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    results = runs / atari_long.QUICK_CELL / "results.jsonl"
+    deadline = time.time() + 300
+    while time.time() < deadline and driver.poll() is None and not read_results(results):
+        time.sleep(0.5)
+    script = tmp_path / name
+    script.write_text("import time\ntime.sleep(120)\n")
+    fake = subprocess.Popen([sys.executable, str(script)])
+    try:
+        output = driver.communicate(timeout=300)[0]
+    finally:
+        fake.kill()
+        fake.wait()
+    assert driver.returncode == atari_long.EXIT_TESTS, output[-4000:]
+    rows = read_results(results)
+    meta = verify_checkpoint(checkpoints_newest_first(runs / atari_long.QUICK_CELL)[0], require_meta=True)
+    assert meta["iteration"] == rows[-1]["iteration"] and rows[-1]["env_steps"] < 100_000
+    record = json.loads((out / f"{atari_long.QUICK_CELL}.json").read_text())
+    assert record["sessions"][-1]["ended"].startswith("test suite running")
+    assert record["env_steps"] == rows[-1]["env_steps"]
