@@ -863,6 +863,8 @@ def run_training(
     progress_every: float = PROGRESS_EVERY_S,
     torch_threads: Optional[int] = 1,
     warn: Callable[[str], None] = lambda message: print(f"warning: {message}", file=sys.stderr),
+    checkpoint_every_s: Optional[float] = None,
+    stop_when: Optional[Callable[[Dict[str, Any]], Optional[str]]] = None,
 ) -> Dict[str, Any]:
     """Train `config` until `stop_timesteps` env steps, writing the run directory above.
 
@@ -872,6 +874,13 @@ def run_training(
     `progress_every` seconds (see Progress). A write into `run_dir` that fails (a full
     disk) stops the run with DiskWriteError (one line) and leaves the previous checkpoint
     as the newest valid one (see `save_checkpoint`, `ResultsFile`, `TensorBoardLogger`).
+
+    `checkpoint_every_s`: also checkpoint after an iteration that ends this many seconds
+    or more after the last checkpoint (or the start), so that a kill loses at most about
+    that much training whatever an iteration's length. `stop_when(line)`, called after each
+    iteration's line is written: a reason (a string) ends the run there, before the
+    budget; its last checkpoint is then that iteration's, as at the budget's end (the
+    returned line is then short of `stop_timesteps`).
     """
     if torch_threads:
         # The driver holds the local EnvRunner and learner; Ray's own workers run torch
@@ -939,7 +948,7 @@ def run_training(
         display = Progress(stop_timesteps, every_s=progress_every) if progress else None
 
         line = kept[-1] if kept else {"env_steps": 0, "iteration": 0}
-        last_saved = line["iteration"]
+        last_saved, saved_at = line["iteration"], time.monotonic()
         with ResultsFile(results_path) as results:
             for _, line, rate in training_iterations(algo, stop_timesteps, start=line):
                 results.append(line)
@@ -947,9 +956,14 @@ def run_training(
                     log.log(line)
                 if display:
                     display.show(line, rate)
-                if checkpoint_every > 0 and line["iteration"] % checkpoint_every == 0:
+                due = checkpoint_every > 0 and line["iteration"] % checkpoint_every == 0
+                if checkpoint_every_s is not None and time.monotonic() - saved_at >= checkpoint_every_s:
+                    due = True
+                if due:
                     save_checkpoint(algo, run_dir, line["iteration"], line["env_steps"], keep_checkpoints, warn)
-                    last_saved = line["iteration"]
+                    last_saved, saved_at = line["iteration"], time.monotonic()
+                if stop_when is not None and stop_when(line):
+                    break
         if display:
             display.close()
         if line["iteration"] != last_saved or not checkpoints_newest_first(run_dir):

@@ -692,3 +692,33 @@ def test_benchmark_method_lists_name_known_methods():
         assert checked > 10
     finally:
         sys.path.remove(bench)
+
+
+@pytest.mark.benchmark
+def test_atari_long_quick(tmp_path):
+    """`benchmarks/atari_long.py --quick`: a tiny Pong cell started, killed with SIGKILL after a
+    checkpoint mid-run, started again (it must resume from that checkpoint, one unbroken
+    results.jsonl), reported. The guard looks for a test program of a unique name (none
+    runs), so other test runs on the machine do not stop it."""
+    import uuid
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import atari_long
+
+    _run_script("atari_long.py", "--quick", "--out", tmp_path, "--guard-names",
+                f"fake_suite_{uuid.uuid4().hex[:8]}", timeout=600)
+    check = json.loads((tmp_path / "quick_check.json").read_text())
+    assert check["killed_at_iteration"] > check["resumed_from_iteration"] >= 1
+    assert check["env_steps"] >= atari_long.QUICK_STEPS
+    record = json.loads((tmp_path / f"{atari_long.QUICK_CELL}.json").read_text())
+    assert record["record_format"] == "compact-1" and record["env_id"] == "atari/Pong"
+    assert record["env_steps"] == check["env_steps"]
+    assert len(record["curve"]["env_steps"]) == check["iterations"]
+    assert record["curve"]["env_steps"] == sorted(record["curve"]["env_steps"])
+    # The killed session stored no record; the resumed one starts at the checkpoint.
+    assert [s["from_env_steps"] for s in record["sessions"]] == [check["resumed_from_env_steps"]]
+    assert record["sessions"][0]["machine"]["nice"] == 19
+    text = (tmp_path / "summary.md").read_text()
+    assert atari_long.QUICK_CELL in text and "279.8" in text and "374" in text
+    for name in ("curves.png", "diagnostics.png"):
+        assert (tmp_path / name).stat().st_size > 0, name

@@ -1,0 +1,508 @@
+"""Long Atari runs that survive interruptions (issue 15, item 1).
+
+A fixed list of cells (game, method, seed): Pong and Breakout (classic protocol, the tuned
+examples' settings: `tuned_examples/common.atari_config`), `a2c` and the package's default
+credit mode (`HCA_TRAINING_DEFAULTS["credit"]`, read at start), seed 0. Each cell is one
+run directory of `hca_rllib.runner.run_training` (results.jsonl, checksummed checkpoints,
+`--resume`), so a cell continues from its newest valid checkpoint whenever the driver is
+started again, also after a `kill -9` (the runner cuts results.jsonl back to it).
+
+* Priority and cores: the process lowers its priority (`os.nice`, default 19) and pins
+  itself, and so Ray and the EnvRunner started from it, to ONE core
+  (`os.sched_setaffinity`, default the last one), torch with 1 thread, the EnvRunner in
+  the driver (`num_env_runners=0`): the other cores stay free.
+* Checkpoints: every `--checkpoint-minutes` (default 3) of training, at each pass's end
+  and before any stop, so an interruption loses at most that much.
+* Order: passes of `--pass-steps` (default 1M) agent steps, every cell in turn, so that
+  all cells advance together toward `--target-steps` (default 10M).
+* The test suite: the driver never trains while one runs. It looks for processes whose
+  command line runs pytest (`python -m pytest`, `pytest`, `py.test`; psutil), other than
+  its own ancestors (so its quick mode can run inside the suite). Found at start or
+  mid-run: the cell checkpoints and stops; `--on-tests pause` (default) waits until the
+  suite has ended and continues, `--on-tests stop` exits with status 75 (EX_TEMPFAIL).
+  SIGTERM / SIGINT also checkpoint first, then exit.
+* Records: after each pass (and each stop) one compact JSON per cell in
+  `benchmarks/results/atari_long/<cell>.json` (`common.compact_record`: the score curve
+  against agent steps and the credit diagnostics, downsampled; steps/s; the sessions with
+  their machine). The run directories (checkpoints, results.jsonl) go to `--runs`
+  (default `runs/atari_long/`, ignored by git).
+* `--report-only`: summary.md and curves.png (score against agent steps next to the
+  reference lines) and diagnostics.png from the stored records.
+
+Run (from the repository root):
+
+    nohup .venv/bin/python benchmarks/atari_long.py > runs/atari_long.log 2>&1 &   # resumable
+    .venv/bin/python benchmarks/atari_long.py --cells pong_a2c_seed0 --target-steps 3000000
+    .venv/bin/python benchmarks/atari_long.py --report-only
+    .venv/bin/python benchmarks/atari_long.py --quick   # start, checkpoint, kill -9, resume, report
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+for _path in (str(REPO), str(BENCH_DIR)):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+
+from common import (  # noqa: E402
+    command_line, compact_record, fmt, machine_note, matplotlib_pyplot, nan_mean, write_json)
+
+from hca_rllib.hca import HCA_TRAINING_DEFAULTS  # noqa: E402
+from tuned_examples.games import ATARI  # noqa: E402
+
+DEFAULT_OUT = REPO / "benchmarks" / "results" / "atari_long"
+RESULTS_ROOT = REPO / "benchmarks" / "results"
+DEFAULT_RUNS = REPO / "runs" / "atari_long"
+TARGET_STEPS = 10_000_000
+PASS_STEPS = 1_000_000
+EXIT_TESTS = 75  # sysexits.h EX_TEMPFAIL: the test suite is running, try again later
+TEST_NAMES = ("pytest", "py.test")
+TEST_POLL_S = 5.0  # at most one look at the process table per this many seconds
+PAUSE_POLL_S = 30.0
+
+# The package's default credit mode, read when the driver starts (a branch may change it).
+DEFAULT_METHOD = HCA_TRAINING_DEFAULTS["credit"]
+GAMES = {"pong": "Pong", "breakout": "Breakout"}
+METHODS = ("a2c", DEFAULT_METHOD)
+CELLS = {f"{game}_{method}_seed0": (game, method, 0) for game in GAMES for method in METHODS}
+QUICK_CELL = "quick_pong_a2c_seed0"
+QUICK_STEPS = 800
+QUICK_STEPS_PER_ITERATION = 160
+
+# Reference scores at 10M agent steps (docs/benchmarks.md, section 2, with the sources).
+REFERENCES = {
+    "pong": [(f"SB3 zoo A2C, 10M", ATARI["pong"]["a2c_score"])],
+    "breakout": [(f"SB3 zoo A2C, 10M", ATARI["breakout"]["a2c_score"]),
+                 ("RLlib A2C (old API stack), 10M", 374.0)],
+}
+REFERENCE_SOURCES = (
+    "SB3 zoo: the 'Performance of trained agents' table of DLR-RM/rl-baselines3-zoo "
+    "(benchmark.md, `<Game>NoFrameskip-v4`, 10M steps, one run); RLlib: the 'RLlib IMPALA "
+    "and A2C on 10M time-steps (40M frames)' table of ray-project/rl-experiments "
+    "(atari-a2c, 5 workers, old API stack). See docs/benchmarks.md, section 2.")
+
+# results.jsonl columns kept as the credit diagnostics over time.
+DIAGNOSTICS = ("mutual_information", "trust", "decision_trust", "trust_scale",
+               "hca_clip_fraction", "c2a2c_mask_fraction", "hca_ratio_mean",
+               "hindsight_accuracy", "policy_accuracy", "advantage_correlation",
+               "entropy", "vf_explained_var")
+CURVE = ("env_steps", "score", "episode_return_mean", "num_episodes", "steps_per_s")
+
+
+# ------------------------------------------------------------------ the test guard
+
+
+def is_test_command(cmdline: Sequence[str], names: Sequence[str] = TEST_NAMES) -> bool:
+    """Whether a command line runs pytest: `-m pytest`, or an argument whose file name is
+    one of `names` (with or without `.py`, or a package's `__main__.py` under it)."""
+    args = list(cmdline or [])
+    for i, arg in enumerate(args):
+        if arg == "-m" and i + 1 < len(args) and args[i + 1] in names:
+            return True
+        base = os.path.basename(arg)
+        stem = base[:-3] if base.endswith(".py") else base
+        if stem in names:
+            return True
+        if base == "__main__.py" and os.path.basename(os.path.dirname(arg)) in names:
+            return True
+    return False
+
+
+def running_tests(names: Sequence[str] = TEST_NAMES) -> List[str]:
+    """'pid: command' of each running process that runs the test suite (`is_test_command`),
+    leaving out this process and its ancestors (a quick mode started by the suite)."""
+    import psutil
+
+    me = psutil.Process()
+    mine = {me.pid, *(p.pid for p in me.parents())}
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        if proc.info["pid"] in mine:
+            continue
+        cmdline = proc.info.get("cmdline") or []
+        if is_test_command(cmdline, names):
+            found.append(f"{proc.info['pid']}: {shlex.join(cmdline)[:120]}")
+    return found
+
+
+class Stopper:
+    """`stop_when` of the runner: a reason to stop after an iteration (a signal, or the test
+    suite running), looking at the process table at most every `TEST_POLL_S`."""
+
+    def __init__(self, names: Sequence[str]):
+        self.names = names
+        self.signal: Optional[str] = None
+        self.reason: Optional[str] = None
+        self.looked = -math.inf
+
+    def handle(self, signum, frame) -> None:
+        self.signal = signal.Signals(signum).name
+
+    def tests(self) -> List[str]:
+        self.looked = time.monotonic()
+        return running_tests(self.names)
+
+    def __call__(self, line: Dict[str, Any]) -> Optional[str]:
+        if self.signal:
+            self.reason = f"signal {self.signal}"
+        elif time.monotonic() - self.looked >= TEST_POLL_S:
+            found = self.tests()
+            if found:
+                self.reason = f"test suite running ({found[0]})"
+        return self.reason
+
+
+# ------------------------------------------------------------------ process setup
+
+
+def lower_priority(nice: int, core: Optional[int]) -> Dict[str, Any]:
+    """Niceness at least `nice`, and this process (and what it starts) on one core: `core`,
+    or the last one this process may use. Returns what was set."""
+    current = os.nice(0)
+    if nice > current:
+        os.nice(nice - current)
+    allowed = sorted(os.sched_getaffinity(0))
+    chosen = allowed[-1] if core is None else core
+    os.sched_setaffinity(0, {chosen})
+    os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    return {"nice": os.nice(0), "core": chosen, "cores_allowed_before": len(allowed)}
+
+
+def cell_config(name: str, quick: bool):
+    """The tuned config of a cell (`tuned_examples.common.atari_config`); the quick cell has
+    short iterations so that it checkpoints several times in a few thousand steps."""
+    from tuned_examples.common import atari_config
+
+    game, method, seed = (("pong", "a2c", 0) if name == QUICK_CELL else CELLS[name])
+    config = (atari_config(GAMES[game], "A2C") if method == "a2c"
+              else atari_config(GAMES[game], "HCA", method))
+    if quick:
+        config.reporting(min_sample_timesteps_per_iteration=QUICK_STEPS_PER_ITERATION)
+    config.debugging(seed=seed)
+    config.validate()
+    return config, game, method, seed
+
+
+# Settings of a stored cell that must not change under it (the package defaults may).
+SETTING_KEYS = ("env", "credit", "trust", "trust_decay", "hindsight_lr", "hindsight_epochs",
+                "hindsight_memory", "trust_calibration", "lr", "entropy_coeff", "vf_loss_coeff",
+                "num_envs_per_env_runner", "rollout_fragment_length", "train_batch_size_per_learner")
+
+
+def settings_of(flat: Dict[str, Any]) -> Dict[str, Any]:
+    return {key: flat.get(key) for key in SETTING_KEYS}
+
+
+# ------------------------------------------------------------------ records
+
+
+def cell_record(name: str, run_dir: Path, info: Dict[str, Any]) -> Dict[str, Any]:
+    """The compact record of a cell from its run directory: score curve and diagnostics
+    (downsampled by `compact_record`), steps/s, sessions."""
+    from hca_rllib.runner import read_results
+
+    lines = read_results(run_dir / "results.jsonl")
+    last = lines[-1] if lines else {"env_steps": 0, "iteration": 0, "time_s": 0.0}
+    tail = lines[-max(1, len(lines) // 10):] if lines else []
+    data = {
+        **info, "cell": name, "env_steps": last["env_steps"], "iterations": last["iteration"],
+        "train_s": last.get("time_s", 0.0),
+        "env_steps_per_s": last["env_steps"] / last["time_s"] if last.get("time_s") else None,
+        "final_score": nan_mean(line.get("score") for line in tail),
+        "final_score_note": "mean of the last 10% of iterations' game_return_mean "
+                            "(RLlib's 100-episode window of the unclipped full-game score)",
+        "curve": {key: [line.get(key) for line in lines] for key in CURVE},
+        "diagnostics": {key: [line.get(key) for line in lines] for key in ("env_steps", *DIAGNOSTICS)},
+    }
+    return compact_record(data)
+
+
+def store_cell(out: Path, name: str, run_dir: Path, info: Dict[str, Any]) -> Dict[str, Any]:
+    record = cell_record(name, run_dir, info)
+    write_json(out / f"{name}.json", record)
+    return record
+
+
+# ------------------------------------------------------------------ driving
+
+
+def run_cell(name: str, args, stopper: Stopper, setup: Dict[str, Any], stop_at: int) -> str:
+    """Train cell `name` to `stop_at` agent steps from its newest checkpoint. Returns
+    'done' or the stop's reason."""
+    from hca_rllib.runner import flat_config, newest_valid_checkpoint, run_training, verify_checkpoint
+
+    config, game, method, seed = cell_config(name, args.quick)
+    run_dir = args.runs / name
+    record_path = args.out / f"{name}.json"
+    stored = json.loads(record_path.read_text()) if record_path.exists() else {}
+    settings = settings_of(flat_config(config))
+    if stored.get("settings") not in (None, settings):
+        sys.exit(f"{record_path}: made with settings {stored['settings']}, this start has "
+                 f"{settings} (the package defaults changed?): use another --out and --runs")
+    # Where the cell stands: its newest valid checkpoint (results.jsonl may run past it
+    # after a kill; the runner cuts it back on resume).
+    checkpoint = newest_valid_checkpoint(run_dir, lambda message: print(f"warning: {message}"))
+    done = int(verify_checkpoint(checkpoint, require_meta=True)["env_steps"]) if checkpoint else 0
+    if done >= stop_at:
+        return "done"
+    session = {"started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+               "from_env_steps": done,
+               "machine": {**machine_note(), **setup}, "command": command_line()}
+    info = {"game": game, "env_id": config.env, "method": method, "credit": config.credit,
+            "algo": config.algo_class.__name__, "seed": seed, "target_env_steps": args.target_steps,
+            "settings": settings, "sessions": stored.get("sessions", []),
+            "references": REFERENCES.get(game, [])}
+    print(f"{name}: to {stop_at:,} agent steps in {run_dir}", flush=True)
+    t0 = time.time()
+    last = run_training(
+        config, run_dir, stop_at, resume=True, checkpoint_every=0,
+        checkpoint_every_s=60 * args.checkpoint_minutes, stop_when=stopper,
+        run_info={"algo": info["algo"], "credit": config.credit, "env": config.env, "seed": seed,
+                  "cell": name, "stop_timesteps": stop_at, "command": command_line()},
+        wandb="off", tensorboard=False, progress=True, progress_every=60, torch_threads=1)
+    reason = stopper.reason or "done"
+    session.update(to_env_steps=last["env_steps"], wall_s=round(time.time() - t0, 1),
+                   steps_per_s=last.get("steps_per_s"), ended=reason)
+    info["sessions"] = info["sessions"] + [session]
+    record = store_cell(args.out, name, run_dir, info)
+    print(f"{name}: {record['env_steps']:,} agent steps, score {fmt(record['final_score'])}, "
+          f"{reason}", flush=True)
+    return reason
+
+
+def drive(args) -> int:
+    setup = lower_priority(args.nice, args.core)
+    print(f"priority: nice {setup['nice']}, core {setup['core']}; results {args.out}, runs {args.runs}",
+          flush=True)
+    stopper = Stopper(args.guard_names)
+    signal.signal(signal.SIGTERM, stopper.handle)
+    signal.signal(signal.SIGINT, stopper.handle)
+    cells = args.cells
+    steps = args.pass_steps
+    stop_at = {name: 0 for name in cells}
+    try:
+        while True:
+            pending = [name for name in cells if stop_at[name] < args.target_steps]
+            if not pending:
+                break
+            for name in pending:
+                while True:
+                    found = stopper.tests()
+                    if not found:
+                        break
+                    if args.on_tests == "stop" or stopper.signal:
+                        print(f"not starting: the test suite is running ({found[0]})", flush=True)
+                        return EXIT_TESTS
+                    print(f"paused: the test suite is running ({found[0]})", flush=True)
+                    time.sleep(PAUSE_POLL_S)
+                if stopper.signal:
+                    return 128 + signal.Signals[stopper.signal].value
+                stop_at[name] = min(stop_at[name] + steps, args.target_steps)
+                reason = run_cell(name, args, stopper, setup, max(stop_at[name], 1))
+                if stopper.signal:
+                    return 128 + signal.Signals[stopper.signal].value
+                if reason != "done":  # the test suite: checkpointed; wait or exit
+                    stopper.reason = None
+                    stop_at[name] -= steps  # this pass again, from the checkpoint
+                    if args.on_tests == "stop":
+                        print(f"stopped: {reason}", flush=True)
+                        return EXIT_TESTS
+                    print(f"paused: {reason}", flush=True)
+            # A cell already past this pass's mark returns at once: the marks catch up.
+    finally:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+    print("all cells at their target", flush=True)
+    return 0
+
+
+# ------------------------------------------------------------------ report
+
+
+def report(out: Path) -> str:
+    records = {p.stem: r for p in sorted(out.glob("*.json"))
+               if "cell" in (r := json.loads(p.read_text()))}
+    lines = ["# Atari at a budget (issue 15): long runs", "",
+             "Written by `benchmarks/atari_long.py --report-only` from the compact records here.", "",
+             "| cell | env | method | agent steps (target) | final score | agent steps/s | sessions | hosts |",
+             "|---|---|---|---:|---:|---:|---:|---|"]
+    for name, r in records.items():
+        hosts = sorted({s["machine"]["host"] for s in r.get("sessions", [])})
+        lines.append(f"| {name} | {r['env_id']} | {r['method']} | {r['env_steps']:,} "
+                     f"({r['target_env_steps']:,}) | {fmt(r['final_score'])} | "
+                     f"{fmt(r['env_steps_per_s'], 0)} | {len(r.get('sessions', []))} | "
+                     f"{', '.join(hosts)} |")
+    lines += ["", "Reference scores at 10M agent steps: "
+              + "; ".join(f"{game} {label} {score}" for game, refs in REFERENCES.items()
+                          for label, score in refs) + ".", "", "Sources: " + REFERENCE_SOURCES, "",
+              "Diagnostics (mean of the last 10 iterations):", "",
+              "| cell | information (nats) | trust | decision trust | HCA clip fraction | c2a2c mask fraction |",
+              "|---|---:|---:|---:|---:|---:|"]
+    for name, r in records.items():
+        d = r.get("diagnostics_last10") or {}
+        lines.append(f"| {name} | " + " | ".join(fmt(d.get(k), 4) for k in (
+            "mutual_information", "trust", "decision_trust", "hca_clip_fraction",
+            "c2a2c_mask_fraction")) + " |")
+    lines += ["", "![curves](curves.png)", "", "![diagnostics](diagnostics.png)", ""]
+    text = "\n".join(lines)
+    (out / "summary.md").write_text(text)
+    plot(records, out)
+    return text
+
+
+def plot(records: Dict[str, Dict[str, Any]], out: Path) -> None:
+    plt = matplotlib_pyplot()
+    games = sorted({r["game"] for r in records.values()}) or ["pong"]
+    fig, axes = plt.subplots(1, len(games), figsize=(6 * len(games), 4), squeeze=False)
+    for ax, game in zip(axes[0], games):
+        for name, r in records.items():
+            if r["game"] == game and r["curve"]["env_steps"]:
+                # No episode ended yet (a short run): the column is stored as None.
+                score = [math.nan if v is None else v
+                         for v in r["curve"]["score"] or [None] * len(r["curve"]["env_steps"])]
+                ax.plot(r["curve"]["env_steps"], score, label=f"{r['method']} seed {r['seed']}")
+        for (label, value), style in zip(REFERENCES.get(game, []), ("--", ":")):
+            ax.axhline(value, color="grey", linestyle=style, label=f"{label}: {value}")
+        ax.set(title=GAMES.get(game, game), xlabel="agent steps", ylabel="game score")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "curves.png", dpi=90)
+    plt.close(fig)
+    keys = ("mutual_information", "trust", "hca_clip_fraction")
+    fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 3.5), squeeze=False)
+    for ax, key in zip(axes[0], keys):
+        for name, r in records.items():
+            diagnostics = r.get("diagnostics") or {}
+            if diagnostics.get(key):
+                ax.plot(diagnostics["env_steps"], [math.nan if v is None else v for v in diagnostics[key]],
+                        label=name)
+        ax.set(title=key, xlabel="agent steps")
+        if ax.lines:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "diagnostics.png", dpi=90)
+    plt.close(fig)
+
+
+# ------------------------------------------------------------------ quick mode
+
+
+def quick(args) -> int:
+    """Start the quick cell in a child, kill -9 it after its first checkpoint mid-run,
+    start it again (it must resume from that checkpoint), let it finish and report."""
+    from hca_rllib.runner import checkpoints_newest_first, read_results, verify_checkpoint
+
+    base = [sys.executable, str(Path(__file__).resolve()), "--cells", QUICK_CELL, "--quick-child",
+            "--out", str(args.out), "--runs", str(args.runs), "--target-steps", str(QUICK_STEPS),
+            "--checkpoint-minutes", str(args.checkpoint_minutes), "--on-tests", "stop",
+            "--guard-names", *args.guard_names]
+    run_dir = args.runs / QUICK_CELL
+    child = subprocess.Popen(base, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 300
+    killed_at = None
+    while time.time() < deadline and child.poll() is None:
+        points = checkpoints_newest_first(run_dir)
+        rows = read_results(run_dir / "results.jsonl")
+        if points and rows and rows[-1]["iteration"] > int(points[0].name.split("_")[1]):
+            killed_at = rows[-1]["iteration"]
+            child.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.2)
+    first = child.communicate()[0]
+    if killed_at is None:
+        print(first[-3000:])
+        print("quick: the child ended before it could be killed mid-run", file=sys.stderr)
+        return 1
+    checkpoint = checkpoints_newest_first(run_dir)[0]
+    meta = verify_checkpoint(checkpoint, require_meta=True)
+    print(f"quick: killed (SIGKILL) at iteration {killed_at}; newest checkpoint {checkpoint.name} "
+          f"(iteration {meta['iteration']}, {meta['env_steps']} agent steps) verifies", flush=True)
+    second = subprocess.run(base, cwd=REPO, capture_output=True, text=True, timeout=300)
+    print(second.stdout[-3000:] + second.stderr[-2000:])
+    if second.returncode != 0:
+        return second.returncode
+    if f"(iteration {meta['iteration']}," not in second.stdout:
+        print("quick: the second start did not resume from the checkpoint", file=sys.stderr)
+        return 1
+    rows = read_results(run_dir / "results.jsonl")
+    iterations = [row["iteration"] for row in rows]
+    if iterations != list(range(1, len(rows) + 1)) or rows[-1]["env_steps"] < QUICK_STEPS:
+        print(f"quick: results.jsonl iterations {iterations} are not one unbroken run", file=sys.stderr)
+        return 1
+    write_json(args.out / "quick_check.json", {"killed_at_iteration": killed_at,
+                                               "resumed_from_iteration": meta["iteration"],
+                                               "resumed_from_env_steps": meta["env_steps"],
+                                               "iterations": len(rows), "env_steps": rows[-1]["env_steps"]})
+    print(report(args.out))
+    print(f"quick: ok; results in {args.out}", flush=True)
+    return 0
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cells", nargs="+", choices=list(CELLS) + [QUICK_CELL], default=None,
+                        help=f"default: all of {list(CELLS)}")
+    parser.add_argument("--target-steps", type=int, default=None,
+                        help=f"agent steps per cell (default {TARGET_STEPS:,}; the goal is >= 3M)")
+    parser.add_argument("--pass-steps", type=int, default=PASS_STEPS,
+                        help="agent steps a cell trains before the next cell's turn")
+    parser.add_argument("--checkpoint-minutes", type=float, default=3.0,
+                        help="checkpoint after this many minutes of training (default 3)")
+    parser.add_argument("--nice", type=int, default=19)
+    parser.add_argument("--core", type=int, default=None, help="the one core (default: the last)")
+    parser.add_argument("--on-tests", choices=["pause", "stop"], default="pause",
+                        help="while the test suite runs: wait (pause) or exit 75 (stop)")
+    parser.add_argument("--out", type=Path, default=None, help=f"records (default {DEFAULT_OUT})")
+    parser.add_argument("--runs", type=Path, default=None, help=f"run directories (default {DEFAULT_RUNS})")
+    parser.add_argument("--report-only", action="store_true")
+    parser.add_argument("--quick", action="store_true",
+                        help="a tiny Pong cell in a temp dir: start, checkpoint, kill -9, resume, report")
+    parser.add_argument("--quick-child", action="store_true", help=argparse.SUPPRESS)
+    # For tests: the program names taken for the test suite (default pytest, py.test).
+    parser.add_argument("--guard-names", nargs="+", default=list(TEST_NAMES), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.quick and args.out is None:
+        args.out = Path(tempfile.mkdtemp(prefix="atari_long_quick_"))
+    if (args.quick or args.quick_child) and args.out.resolve().is_relative_to(RESULTS_ROOT.resolve()):
+        parser.error("--quick must not write into benchmarks/results")
+    args.out = (args.out or DEFAULT_OUT).resolve()
+    args.runs = (args.runs or (args.out / "runs" if args.quick else DEFAULT_RUNS)).resolve()
+    if args.report_only:
+        print(report(args.out))
+        return 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.quick:
+        if args.checkpoint_minutes == 3.0:
+            args.checkpoint_minutes = 0.0  # a checkpoint after every iteration
+        return quick(args)
+    args.quick = args.quick_child
+    args.cells = args.cells or list(CELLS)
+    if QUICK_CELL in args.cells and not args.quick:
+        parser.error(f"{QUICK_CELL} is the quick mode's cell: use --quick")
+    args.target_steps = args.target_steps or (QUICK_STEPS if args.quick else TARGET_STEPS)
+    if args.target_steps < 1 or args.pass_steps < 1 or args.checkpoint_minutes < 0:
+        parser.error("--target-steps and --pass-steps must be >= 1, --checkpoint-minutes >= 0")
+    return drive(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
