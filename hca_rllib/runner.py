@@ -383,7 +383,7 @@ def save_checkpoint(algo, run_dir: Path, iteration: int, env_steps: int, keep: i
         if isinstance(error, Exception) and _os_error(error) is not None:
             raise disk_error("checkpoint write", final, error) from None
         raise
-    for old in sorted(root.glob("iter_*"))[:-keep] if keep > 0 else []:
+    for old in _checkpoints_oldest_first(root)[:-keep] if keep > 0 else []:
         try:
             _remove(old)
         except OSError as error:
@@ -533,8 +533,18 @@ def _checkpoint_version(path: Path) -> Optional[str]:
         return None
 
 
+def _checkpoints_oldest_first(root: Path) -> List[Path]:
+    """The `iter_*` directories of `root` by iteration (by number: `iter_1000000` has
+    seven digits and comes after `iter_999999`); a name without a number first."""
+    def iteration(path: Path) -> Tuple[int, str]:
+        digits = path.name[len("iter_"):]
+        return (int(digits), path.name) if digits.isdigit() else (-1, path.name)
+
+    return sorted(Path(root).glob("iter_*"), key=iteration)
+
+
 def checkpoints_newest_first(run_dir: Path) -> List[Path]:
-    return sorted((Path(run_dir) / CHECKPOINTS).glob("iter_*"), reverse=True)
+    return _checkpoints_oldest_first(Path(run_dir) / CHECKPOINTS)[::-1]
 
 
 def newest_valid_checkpoint(run_dir: Path, warn: Callable[[str], None]) -> Optional[Path]:

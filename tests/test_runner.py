@@ -283,3 +283,23 @@ def test_tensorboard_resume_purges_points_after_the_checkpoint(tmp_path):
     scores = [(e.step, e.summary.value[0].simple_value) for e in events
               if e.HasField("summary") and e.summary.value and e.summary.value[0].tag == "score"]
     assert scores[-1] == (300, -1.0)
+
+
+class _FilesAlgo:
+    """Stands in for an Algorithm in `save_checkpoint`: writes a plain RLlib-looking
+    checkpoint (no Ray, no module)."""
+
+    def save_to_path(self, path):
+        os.makedirs(path, exist_ok=True)
+        with open(os.path.join(path, "rllib_checkpoint.json"), "w") as f:
+            f.write("{}")
+
+
+def test_checkpoints_past_a_million_iterations_are_ordered_by_iteration(tmp_path):
+    # iter_1000000 has 7 digits: by name it sorts before iter_999998; by number it is
+    # the newest, kept by pruning and taken by resume.
+    for iteration in (999_996, 999_998, 1_000_000, 1_000_002):
+        save_checkpoint(_FilesAlgo(), tmp_path, iteration, iteration * 64, keep=3)
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert names == ["iter_1000000", "iter_1000002", "iter_999998"]
+    assert newest_valid_checkpoint(tmp_path, print).name == "iter_1000002"

@@ -219,6 +219,9 @@ def split_vector_env(env, num_groups: int) -> EnvGroups:
                                                    copy=env.copy,
                                                    autoreset_mode=env.autoreset_mode))
             start += size
+        # The groups own the sub-envs now: the emptied vector env must not close them
+        # when it is dropped (gymnasium's VectorEnv.__del__ closes one not closed).
+        env.closed = True
         return EnvGroups(groups)
     if callable(getattr(env, "split", None)):
         return EnvGroups(env.split(sizes))
