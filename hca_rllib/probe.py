@@ -40,6 +40,7 @@ import json
 import math
 import sys
 import time
+import zlib
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -320,7 +321,7 @@ def _describe_state(obs: np.ndarray) -> str:
     flat = obs.ravel()
     if flat.size <= 16:
         return "[" + ", ".join(f"{v:g}" for v in flat.tolist()) + "]"
-    return f"obs #{abs(hash(obs.tobytes())) % 10**8:08d}"
+    return f"obs #{zlib.crc32(obs.tobytes()) % 10**8:08d}"
 
 
 def _where(pointwise: np.ndarray, data: Dict[str, Any], rows: np.ndarray, top: int = 5) -> Dict[str, Any]:
