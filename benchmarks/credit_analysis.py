@@ -121,7 +121,8 @@ METHODS: Dict[str, Dict[str, Any]] = {
 }
 COLORS = {"a2c": "black", "hca_batch": "tab:blue", "hca_pure": "tab:cyan", "c2a2c": "tab:orange",
           "mix": "tab:purple", "expected_hca": "tab:red", "expected_hca_pure": "tab:pink",
-          "hca_evidence": "tab:green", "expected_hca_blend": "tab:olive"}
+          "hca_evidence": "tab:green", "expected_hca_blend": "tab:olive",
+          "expected_hca_blend_nomem": "tab:brown"}
 KEY_TO_DOOR_FIXED = {"apple_prob": 0.3, "apple_reward": 1.0, "door_reward": 5.0}
 
 
