@@ -278,6 +278,13 @@ def run_sweep(
         callbacks.append(wandb_logger_callback(project=wandb_project, group=name, mode=mode))
     param_space = build_param_space(envs, credits, seeds, overrides or {}, num_env_runners,
                                     num_envs_per_env_runner, cpus_per_env_runner)
+    # Tune saves its experiment state (which checkpoint each trial resumes from) at most
+    # every 10 s by default, while a trial's checkpoint manager deletes all but the
+    # newest `num_to_keep` at once: a sweep killed between the two resumed from a deleted
+    # checkpoint and errored ("does not exist on storage anymore"; found by
+    # tests/test_sweep.py's kill test, with checkpoints every 0.4 s). Saving the state at
+    # every step of Tune's loop shrinks that window to one step. The user's own value wins.
+    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "0")
     if resume:
         # The param space again: Tune stored its objects (the RLModule spec's class) as
         # placeholders that only a new copy of the same space fills in.
