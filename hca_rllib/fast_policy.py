@@ -78,7 +78,7 @@ class ConvBackends:
     def _measure(layer: nn.Conv2d, x: torch.Tensor) -> str:
         if not _native_conv_available():
             return "onednn"
-        onednn = lambda: nn.functional.conv2d(x, layer.weight, layer.bias, layer.stride)  # noqa: E731
+        onednn = lambda: nn.functional.conv2d(x, layer.weight, layer.bias, layer.stride, layer.padding)  # noqa: E731
         xc = x.contiguous()
         native = lambda: _native_conv(layer, xc)  # noqa: E731
         try:
