@@ -115,6 +115,138 @@ def make_run_files_callback(stop_timesteps: Optional[int] = None):
     return RunFilesCallback()
 
 
+KEEP_CHECKPOINTS = 2  # per trial, besides any the saved experiment state still names
+
+
+def checkpoints_to_prune(names: List[str], keep: int, protected: Optional[set]) -> List[str]:
+    """Tune's `num_to_keep`, deferred: which of a trial's checkpoints (names, oldest first,
+    the newest last) may be deleted. Never the newest `keep`, and never one at or after the
+    oldest `protected` name (the checkpoints an experiment-state file, saved or being
+    saved, names: `Tuner.restore` resumes from those). None either when `protected` is None
+    (a state file could not be read) or names a checkpoint not in `names` (something else
+    deleted it, or the bookkeeping disagrees: keep everything rather than guess)."""
+    if protected is None or keep < 1 or not set(protected) <= set(names):
+        return []
+    cut = len(names) - keep
+    for i, name in enumerate(names):
+        if name in protected:
+            cut = min(cut, i)
+            break
+    return names[:max(cut, 0)]
+
+
+def _named_checkpoints(filesystem, directory: str, cache: dict) -> Optional[Dict[str, Optional[str]]]:
+    """Trial id -> the name of the checkpoint the newest experiment-state file in
+    `directory` resumes it from (None: from scratch). {} if there is no such file; None if
+    it cannot be read (being written, a storage error). Parsed once per file version."""
+    import pyarrow.fs
+    from ray.tune.execution.experiment_state import _find_newest_experiment_checkpoint
+    from ray.tune.utils.serialization import _loads_with_cloudpickle
+
+    try:
+        newest = _find_newest_experiment_checkpoint(directory, fs=filesystem)
+        if newest is None:
+            return {}
+        info = filesystem.get_file_info(newest)
+        if info.type != pyarrow.fs.FileType.File:
+            return {}
+        key = (newest, info.size, info.mtime_ns)
+        if key not in cache:
+            with filesystem.open_input_stream(newest) as f:
+                state = json.loads(f.readall())
+            named = {}
+            for trial_json, metadata_json in state["trial_data"]:
+                manager = _loads_with_cloudpickle(metadata_json).get("checkpoint_manager")
+                latest = manager.latest_checkpoint_result if manager is not None else None
+                named[json.loads(trial_json)["trial_id"]] = (
+                    Path(latest.checkpoint.path).name if latest is not None else None)
+            cache.clear()
+            cache[key] = named
+        return cache[key]
+    except Exception:  # noqa: BLE001 - unreadable now: prune nothing, try again later
+        return None
+
+
+def make_checkpoint_pruner(keep: int = KEEP_CHECKPOINTS):
+    """A Tune callback that keeps each trial's newest `keep` checkpoints, as
+    `CheckpointConfig(num_to_keep=keep)` would, but never deletes one that the experiment
+    state on storage (or the one being synced to it) still names.
+
+    Why: Tune saves the experiment state (which checkpoint each trial resumes from) every
+    10 s or so and syncs it in the background, while its own `num_to_keep` deletes old
+    checkpoints at once. A driver killed in between left a state that named a deleted
+    checkpoint, and `--resume` failed ("does not exist on storage anymore"; found by
+    tests/test_sweep.py's kill test). So the sweep runs Tune with `num_to_keep=None` and
+    this callback prunes: when a trial checkpoints, and once more at the end (after Tune's
+    final state save) for the trials this driver ran. It drops the pruned entries from Tune's list of the trial's
+    checkpoints too (Tune 2.60's `_CheckpointManager._checkpoint_results`), so the
+    experiment state does not grow with every checkpoint."""
+    from ray.tune import Callback
+
+    class CheckpointPruner(Callback):
+        def __init__(self):
+            self.keep = keep
+            self._stored, self._staged = {}, {}  # parse caches
+            self._ran = set()  # trial ids this driver saw checkpoint: the only ones it prunes
+
+        def _protected(self, trial) -> Optional[set]:
+            import pyarrow.fs
+
+            storage = trial.storage
+            stored = _named_checkpoints(storage.storage_filesystem, storage.experiment_fs_path, self._stored)
+            staged = _named_checkpoints(pyarrow.fs.LocalFileSystem(), storage.experiment_driver_staging_path,
+                                        self._staged)
+            if stored is None or staged is None:
+                return None
+            return {x for x in (stored.get(trial.trial_id), staged.get(trial.trial_id)) if x}
+
+        def prune(self, trial, new=None) -> List[str]:
+            """Prune `trial` (with `new`, the checkpoint being registered, counted as its
+            newest); returns the names deleted."""
+            from ray.train._internal.storage import _delete_fs_path
+
+            manager = trial.run_metadata.checkpoint_manager
+            if manager is None:
+                return []
+            if manager.checkpoint_config.checkpoint_score_attribute is not None:
+                return []  # ordered by score, not time: not this rule
+            results = list(manager._checkpoint_results)
+            names = [Path(r.checkpoint.path).name for r in results]
+            if new is not None:
+                names.append(Path(new.path).name)
+            protected = self._protected(trial)
+            latest = manager.latest_checkpoint_result
+            if protected is not None and latest is not None:
+                protected.add(Path(latest.checkpoint.path).name)
+            doomed = set(checkpoints_to_prune(names, self.keep, protected))
+            if not doomed:
+                return []
+            manager._checkpoint_results = [r for r in results if Path(r.checkpoint.path).name not in doomed]
+            trial.run_metadata.invalidate_cache()
+            for r in results:
+                if Path(r.checkpoint.path).name in doomed:
+                    _delete_fs_path(fs=r.checkpoint.filesystem, fs_path=r.checkpoint.path)
+            return sorted(doomed)
+
+        def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
+            self._ran.add(trial.trial_id)
+            try:  # Tune skips registering a checkpoint whose callback raised
+                self.prune(trial, checkpoint)
+            except Exception as error:  # noqa: BLE001 - a missed prune costs only disk
+                print(f"hca-rllib sweep: could not prune checkpoints of {trial}: {error!r}", file=sys.stderr)
+
+        def on_experiment_end(self, trials, **info):
+            for trial in trials:  # Tune has saved its final state (and waited) by now
+                if trial.trial_id not in self._ran:  # finished before a restore: left as it was
+                    continue
+                try:
+                    self.prune(trial)
+                except Exception as error:  # noqa: BLE001
+                    print(f"hca-rllib sweep: could not prune checkpoints of {trial}: {error!r}", file=sys.stderr)
+
+    return CheckpointPruner()
+
+
 def make_scheduler(name: str, stop_timesteps: int):
     """None, ASHA (early-stops on env steps) or PBT (mutates lr and entropy_coeff)."""
     from ray import tune
@@ -272,19 +404,12 @@ def run_sweep(
 
     chosen = make_scheduler(scheduler, stop_timesteps)
 
-    callbacks = [make_run_files_callback(stop_timesteps)]
+    callbacks = [make_run_files_callback(stop_timesteps), make_checkpoint_pruner()]
     mode = wandb_mode(wandb)
     if mode is not None:
         callbacks.append(wandb_logger_callback(project=wandb_project, group=name, mode=mode))
     param_space = build_param_space(envs, credits, seeds, overrides or {}, num_env_runners,
                                     num_envs_per_env_runner, cpus_per_env_runner)
-    # Tune saves its experiment state (which checkpoint each trial resumes from) at most
-    # every 10 s by default, while a trial's checkpoint manager deletes all but the
-    # newest `num_to_keep` at once: a sweep killed between the two resumed from a deleted
-    # checkpoint and errored ("does not exist on storage anymore"; found by
-    # tests/test_sweep.py's kill test, with checkpoints every 0.4 s). Saving the state at
-    # every step of Tune's loop shrinks that window to one step. The user's own value wins.
-    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "0")
     if resume:
         # The param space again: Tune stored its objects (the RLModule spec's class) as
         # placeholders that only a new copy of the same space fills in.
@@ -308,7 +433,7 @@ def run_sweep(
                 storage_path=storage,
                 stop={"num_env_steps_sampled_lifetime": stop_timesteps},
                 checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=checkpoint_every,
-                                                        checkpoint_at_end=True, num_to_keep=2),
+                                                        checkpoint_at_end=True, num_to_keep=None),  # pruned by make_checkpoint_pruner
                 failure_config=tune.FailureConfig(max_failures=max_failures),
                 callbacks=callbacks,
                 verbose=1,

@@ -209,3 +209,55 @@ def test_non_finite_logits_are_refused():
         runner.module.pi.bias.fill_(float("nan"))
     with pytest.raises(ValueError, match="logits are not all finite"):
         runner.sample()
+
+
+def test_lean_runner_builds_the_plan_once_and_follows_weight_updates():
+    """The plan is built once per module and batch shape (not per sample(): building it
+    runs the conv layers once more), and a weight sync between fragments (`set_state`,
+    as RLlib sends the learner's weights) reaches the cached plan: after new weights, the
+    logits the runner recorded are the module's own forward pass on the recorded
+    observations, and differ from the old weights' (so the comparison can fail)."""
+    from hca_rllib import A2CConfig
+    from hca_rllib.env_runner import LeanEnvRunner
+    import hca_rllib.env_runner as env_runner_module
+
+    config = (A2CConfig().environment("minatar/Breakout")
+              .env_runners(num_envs_per_env_runner=4, rollout_fragment_length=16)
+              .training(train_batch_size_per_learner=64).debugging(seed=0))
+    config.validate()
+    runner = LeanEnvRunner(config=config)
+    built = []
+    original = env_runner_module.policy_plan
+
+    def counting(*args, **kwargs):
+        built.append(1)
+        return original(*args, **kwargs)
+
+    def module_logits(state, obs):
+        runner.module.set_state(state)
+        with torch.no_grad():
+            return runner.module._forward_exploration({Columns.OBS: torch.from_numpy(obs)})[
+                Columns.ACTION_DIST_INPUTS].numpy()
+
+    env_runner_module.policy_plan = counting
+    try:
+        for _ in range(3):
+            runner.sample()
+        assert len(built) == 1
+        old = runner.module.get_state()
+        rng = np.random.default_rng(1)
+        new = {k: (v + 0.5 * rng.standard_normal(np.shape(v))).astype(v.dtype)
+               if np.issubdtype(np.asarray(v).dtype, np.floating) else v for k, v in old.items()}
+        runner.module.set_state(new)
+        episodes = runner.sample()
+        assert len(built) == 1
+    finally:
+        env_runner_module.policy_plan = original
+    checked = 0
+    for episode in episodes:
+        obs = np.ascontiguousarray(episode.get_observations()[:len(episode)])
+        recorded = episode.get_extra_model_outputs(Columns.ACTION_DIST_INPUTS)
+        np.testing.assert_allclose(recorded, module_logits(new, obs), rtol=1e-5, atol=1e-4)
+        assert not np.allclose(recorded, module_logits(old, obs), rtol=1e-3, atol=1e-3)
+        checked += len(episode)
+    assert checked >= 64

@@ -220,6 +220,22 @@ def _snapshot(experiment: Path):
     return out
 
 
+def _named_checkpoints(experiment: Path):
+    """trial id -> the checkpoint directory the newest experiment-state file resumes it from."""
+    import cloudpickle
+
+    states = sorted(experiment.glob("experiment_state-*.json"))
+    data = json.loads(states[-1].read_text())
+    out = {}
+    for trial_json, metadata_json in data["trial_data"]:
+        trial, metadata = json.loads(trial_json), json.loads(metadata_json)
+        manager = cloudpickle.loads(bytes.fromhex(metadata["checkpoint_manager"]["value"]))
+        latest = manager.latest_checkpoint_result
+        if latest is not None:
+            out[trial["trial_id"]] = Path(latest.checkpoint.path).name
+    return out
+
+
 def _trial_files(experiment: Path):
     """trial id -> (run.json, results.jsonl rows, result.json rows, checkpoint dirs)."""
     out = {}
@@ -324,6 +340,14 @@ def test_killed_sweep_resumes_to_the_uninterrupted_grid(tmp_path):
     finished = {t for t, (status, _) in state.items() if status == "TERMINATED"}
     running = {t: it for t, (status, it) in state.items() if status == "RUNNING" and it >= 1}
     assert finished and running
+    # What --resume will load exists: the sweep's pruning (make_checkpoint_pruner) never
+    # deletes a checkpoint the saved state names. Under Tune's own num_to_keep=2 this
+    # failed when the kill landed after a prune and before the next state save.
+    named = _named_checkpoints(experiment)
+    dirs = {run["trial_id"]: checkpoints for run, _, _, checkpoints in _trial_files(experiment).values()}
+    assert set(running) <= set(named)
+    for trial_id, checkpoint in named.items():
+        assert checkpoint in dirs[trial_id], (trial_id, checkpoint, dirs[trial_id])
 
     resumed = subprocess.run(command + ["--resume"], cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
@@ -342,9 +366,11 @@ def test_killed_sweep_resumes_to_the_uninterrupted_grid(tmp_path):
             assert (rows, tune_rows, checkpoints) == before[trial_id][1:], trial_id
         elif trial_id in running:  # continued from its checkpoint, not from iteration 1
             assert restarts == [1, running[trial_id] + 1], (trial_id, restarts, running[trial_id])
+            assert len(checkpoints) == 2, checkpoints  # pruned to num_to_keep after the final save
             assert rows[:running[trial_id]] == before[trial_id][1][:running[trial_id]]
         else:  # started after the resume
             assert restarts == [1]
+            assert len(checkpoints) == 2, checkpoints
     report = json.loads((experiment / "report" / "report.json").read_text())
     page = (experiment / "report" / "report.md").read_text()
     assert "| CartPole-v1 | A2C | 2 |" in page and "| CartPole-v1 | HCA (hca) | 2 |" in page

@@ -1,0 +1,161 @@
+"""The sweep's checkpoint pruning (`hca_rllib.sweep.make_checkpoint_pruner`): Tune's
+`num_to_keep`, deferred until no experiment-state file names the checkpoint.
+
+The callback runs on Tune's own bookkeeping objects (`_CheckpointManager`,
+`_TrainingRunMetadata`, `Checkpoint`) and reads experiment-state files written in Tune's
+format by Tune's own encoder, so a change of that format in a Ray upgrade fails here."""
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pyarrow.fs
+import pytest
+
+from hca_rllib.sweep import checkpoints_to_prune, make_checkpoint_pruner
+
+NAMES = [f"checkpoint_{i:06d}" for i in range(7)]
+
+
+def test_keeps_the_newest_when_no_state_names_one():
+    assert checkpoints_to_prune(NAMES, 2, set()) == NAMES[:5]
+    assert checkpoints_to_prune(NAMES[:2], 2, set()) == []
+    assert checkpoints_to_prune(NAMES, 7, set()) == []
+
+
+def test_never_deletes_a_named_checkpoint_nor_any_newer():
+    assert checkpoints_to_prune(NAMES, 2, {NAMES[2]}) == NAMES[:2]
+    assert checkpoints_to_prune(NAMES, 2, {NAMES[4], NAMES[2]}) == NAMES[:2]  # the oldest named rules
+    assert checkpoints_to_prune(NAMES, 2, {NAMES[6]}) == NAMES[:5]  # named newest: as Tune would
+    assert checkpoints_to_prune(NAMES, 2, {NAMES[0]}) == []
+
+
+def test_unknown_state_or_unknown_name_deletes_nothing():
+    assert checkpoints_to_prune(NAMES, 2, None) == []
+    assert checkpoints_to_prune(NAMES, 2, {"checkpoint_000099"}) == []
+    assert checkpoints_to_prune(NAMES, 0, set()) == []
+
+
+# --- the callback on Tune's objects --------------------------------------------------------
+
+def _manager(paths):
+    from ray.train._internal.checkpoint_manager import _CheckpointManager
+    from ray.train._internal.session import _TrainingResult
+    from ray.tune import Checkpoint, CheckpointConfig
+
+    manager = _CheckpointManager(CheckpointConfig(num_to_keep=None))
+    for i, path in enumerate(paths):
+        manager.register_checkpoint(_TrainingResult(checkpoint=Checkpoint.from_directory(str(path)),
+                                                    metrics={"training_iteration": i + 1}))
+    return manager
+
+
+def _write_state(directory: Path, trial_id: str, named_paths, name="experiment_state-2026-12-02_00-00-00.json"):
+    """An experiment-state file as TuneController.save_to_dir writes it, for one trial
+    whose checkpoint manager holds `named_paths` (the last is the one it resumes from)."""
+    from ray.tune.trainable.metadata import _TrainingRunMetadata
+
+    metadata = _TrainingRunMetadata()
+    metadata.checkpoint_manager = _manager(named_paths) if named_paths else None
+    trial_json = json.dumps({"trial_id": trial_id, "status": "RUNNING"})
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / name).write_text(json.dumps({"trial_data": [[trial_json, metadata.get_json_state()]],
+                                              "runner_data": {}, "stats": {}}))
+
+
+@pytest.fixture
+def trial(tmp_path):
+    """A trial with 6 registered checkpoints on disk; the 7th is being registered."""
+    from ray.tune import Checkpoint
+    from ray.tune.trainable.metadata import _TrainingRunMetadata
+
+    experiment, staging = tmp_path / "experiment", tmp_path / "staging"
+    paths = []
+    for name in NAMES:
+        path = experiment / "trial_0" / name
+        path.mkdir(parents=True)
+        (path / "algorithm_state.pkl").write_bytes(b"x")
+        paths.append(path)
+    metadata = _TrainingRunMetadata()
+    metadata.checkpoint_manager = _manager(paths[:6])
+    storage = SimpleNamespace(storage_filesystem=pyarrow.fs.LocalFileSystem(),
+                              experiment_fs_path=str(experiment), experiment_driver_staging_path=str(staging))
+    return SimpleNamespace(trial_id="t0", run_metadata=metadata, storage=storage, paths=paths,
+                           experiment=experiment, staging=staging,
+                           new=Checkpoint.from_directory(str(paths[6])))
+
+
+def _on_disk(trial):
+    return sorted(p.name for p in (trial.experiment / "trial_0").iterdir())
+
+
+def _tracked(trial):
+    return [Path(r.checkpoint.path).name for r in trial.run_metadata.checkpoint_manager._checkpoint_results]
+
+
+def test_a_stale_saved_state_keeps_its_checkpoint_and_all_newer(trial):
+    _write_state(trial.experiment, "t0", trial.paths[:3])  # on storage: resumes from checkpoint 2
+    _write_state(trial.staging, "t0", trial.paths[:6])  # being synced: from checkpoint 5
+    pruner = make_checkpoint_pruner(2)
+    pruner.on_checkpoint(iteration=1, trials=[trial], trial=trial, checkpoint=trial.new)
+    assert _on_disk(trial) == NAMES[2:]
+    assert _tracked(trial) == NAMES[2:6]  # Tune registers the 7th after the callback
+    assert (trial.paths[2] / "algorithm_state.pkl").read_bytes() == b"x"
+
+
+def test_the_staged_state_protects_too(trial):
+    _write_state(trial.experiment, "t0", trial.paths[:5])
+    _write_state(trial.staging, "t0", trial.paths[:2])  # an older staged state: the oldest rules
+    make_checkpoint_pruner(2).on_checkpoint(iteration=1, trials=[trial], trial=trial, checkpoint=trial.new)
+    assert _on_disk(trial) == NAMES[1:]
+
+
+def test_with_states_that_name_the_newest_it_prunes_as_tune_would(trial):
+    _write_state(trial.experiment, "t0", trial.paths[:6])
+    _write_state(trial.staging, "t0", trial.paths[:6])
+    make_checkpoint_pruner(2).on_checkpoint(iteration=1, trials=[trial], trial=trial, checkpoint=trial.new)
+    assert _on_disk(trial) == NAMES[5:]
+    assert _tracked(trial) == NAMES[5:6]
+
+
+def test_no_state_yet_and_a_trial_the_state_does_not_resume(trial):
+    _write_state(trial.experiment, "other", trial.paths[:3])  # another trial's checkpoint only
+    make_checkpoint_pruner(2).on_checkpoint(iteration=1, trials=[trial], trial=trial, checkpoint=trial.new)
+    assert _on_disk(trial) == NAMES[5:]
+
+
+def test_an_unreadable_state_deletes_nothing(trial, capsys):
+    trial.experiment.mkdir(exist_ok=True)
+    (trial.experiment / "experiment_state-2026-12-02_00-00-00.json").write_text('{"trial_data": [["')
+    make_checkpoint_pruner(2).on_checkpoint(iteration=1, trials=[trial], trial=trial, checkpoint=trial.new)
+    assert _on_disk(trial) == NAMES
+    assert _tracked(trial) == NAMES[:6]
+    assert capsys.readouterr().err == ""  # not an error: tried again at the next checkpoint
+
+
+def test_the_newest_state_file_is_the_one_read(trial):
+    _write_state(trial.experiment, "t0", trial.paths[:1], name="experiment_state-2026-12-01_00-00-00.json")
+    _write_state(trial.experiment, "t0", trial.paths[:4], name="experiment_state-2026-12-02_00-00-00.json")
+    make_checkpoint_pruner(2).on_checkpoint(iteration=1, trials=[trial], trial=trial, checkpoint=trial.new)
+    assert _on_disk(trial) == NAMES[3:]
+
+
+def test_at_the_end_only_the_trials_this_driver_ran(trial):
+    _write_state(trial.experiment, "t0", trial.paths[:6])
+    pruner = make_checkpoint_pruner(2)
+    pruner.on_experiment_end(trials=[trial])  # finished before a restore: not touched
+    assert _on_disk(trial) == NAMES
+    pruner.on_checkpoint(iteration=1, trials=[trial], trial=trial, checkpoint=trial.new)
+    trial.run_metadata.checkpoint_manager.register_checkpoint(
+        __import__("ray.train._internal.session", fromlist=["_TrainingResult"])._TrainingResult(
+            checkpoint=trial.new, metrics={"training_iteration": 7}))
+    _write_state(trial.experiment, "t0", trial.paths[:7], name="experiment_state-2026-12-03_00-00-00.json")
+    pruner.on_experiment_end(trials=[trial])
+    assert _on_disk(trial) == NAMES[5:]
+
+
+def test_a_failing_prune_never_stops_tune_registering(trial, capsys):
+    trial.run_metadata.checkpoint_manager._checkpoint_results = None  # Tune's bookkeeping changed
+    make_checkpoint_pruner(2).on_checkpoint(iteration=1, trials=[trial], trial=trial, checkpoint=trial.new)
+    assert "could not prune checkpoints" in capsys.readouterr().err
+    assert _on_disk(trial) == NAMES
