@@ -147,15 +147,26 @@ class Stopper:
         self.signal: Optional[str] = None
         self.reason: Optional[str] = None
         self.looked = -math.inf
+        self.armed = False  # our handlers installed since Ray started
 
     def handle(self, signum, frame) -> None:
         self.signal = signal.Signals(signum).name
+
+    def arm(self) -> None:
+        """Install the SIGTERM/SIGINT handlers. Again after `ray.init`: Ray's core worker
+        installs its own SIGTERM handler in the driver, which prints a stack and kills the
+        process, so without this a `kill` lost the work since the last timed checkpoint."""
+        signal.signal(signal.SIGTERM, self.handle)
+        signal.signal(signal.SIGINT, self.handle)
 
     def tests(self) -> List[str]:
         self.looked = time.monotonic()
         return running_tests(self.names)
 
     def __call__(self, line: Dict[str, Any]) -> Optional[str]:
+        if not self.armed:  # the first iteration: Ray is up by now
+            self.arm()
+            self.armed = True
         if self.signal:
             self.reason = f"signal {self.signal}"
         elif time.monotonic() - self.looked >= TEST_POLL_S:
@@ -246,6 +257,7 @@ def run_cell(name: str, args, stopper: Stopper, setup: Dict[str, Any], stop_at: 
     from hca_rllib.runner import flat_config, newest_valid_checkpoint, run_training, verify_checkpoint
 
     config, game, method, seed = cell_config(name, args.quick)
+    stopper.armed = False  # re-armed after this cell's first iteration (Ray may start again)
     run_dir = args.runs / name
     record_path = args.out / f"{name}.json"
     stored = json.loads(record_path.read_text()) if record_path.exists() else {}
@@ -289,8 +301,7 @@ def drive(args) -> int:
     print(f"priority: nice {setup['nice']}, core {setup['core']}; results {args.out}, runs {args.runs}",
           flush=True)
     stopper = Stopper(args.guard_names)
-    signal.signal(signal.SIGTERM, stopper.handle)
-    signal.signal(signal.SIGINT, stopper.handle)
+    stopper.arm()
     cells = args.cells
     steps = args.pass_steps
     stop_at = {name: 0 for name in cells}
@@ -312,16 +323,23 @@ def drive(args) -> int:
                 if stopper.signal:
                     return 128 + signal.Signals[stopper.signal].value
                 stop_at[name] = min(stop_at[name] + steps, args.target_steps)
-                reason = run_cell(name, args, stopper, setup, max(stop_at[name], 1))
-                if stopper.signal:
-                    return 128 + signal.Signals[stopper.signal].value
-                if reason != "done":  # the test suite: checkpointed; wait or exit
+                while True:
+                    reason = run_cell(name, args, stopper, setup, max(stop_at[name], 1))
+                    if stopper.signal:
+                        return 128 + signal.Signals[stopper.signal].value
+                    if reason == "done":
+                        break
+                    # The test suite: checkpointed. Exit, or wait and go on with this
+                    # cell's pass (not the next cell's: a pause costs one restart).
                     stopper.reason = None
-                    stop_at[name] -= steps  # this pass again, from the checkpoint
                     if args.on_tests == "stop":
                         print(f"stopped: {reason}", flush=True)
                         return EXIT_TESTS
                     print(f"paused: {reason}", flush=True)
+                    while stopper.tests():
+                        if stopper.signal:
+                            return 128 + signal.Signals[stopper.signal].value
+                        time.sleep(PAUSE_POLL_S)
             # A cell already past this pass's mark returns at once: the marks catch up.
     finally:
         import ray

@@ -139,3 +139,58 @@ def test_driver_stops_cleanly_when_tests_start(tmp_path):
     record = json.loads((out / f"{atari_long.QUICK_CELL}.json").read_text())
     assert record["sessions"][-1]["ended"].startswith("test suite running")
     assert record["env_steps"] == rows[-1]["env_steps"]
+
+
+def test_a_pause_continues_the_same_cell(monkeypatch):
+    """After a test-suite pause the paused cell's pass goes on (one restart), before the
+    next cell's; a pass is never skipped. `run_cell` stubbed: the loop's order only."""
+    from types import SimpleNamespace
+
+    calls, polls = [], iter([[], ["pytest (fake)"], []] + [[]] * 20)
+    monkeypatch.setattr(atari_long, "lower_priority", lambda nice, core: {"nice": nice, "core": core})
+    monkeypatch.setattr(atari_long, "running_tests", lambda names: next(polls))
+    monkeypatch.setattr(atari_long, "PAUSE_POLL_S", 0.0)
+
+    def run_cell(name, args, stopper, setup, stop_at):
+        calls.append((name, stop_at))
+        return "test suite running (fake)" if len(calls) == 1 else "done"
+
+    monkeypatch.setattr(atari_long, "run_cell", run_cell)
+    args = SimpleNamespace(nice=19, core=0, out=Path("x"), runs=Path("y"), guard_names=["fake"],
+                           cells=["a", "b"], pass_steps=10, target_steps=20, on_tests="pause")
+    previous = {s: atari_long.signal.getsignal(s) for s in (atari_long.signal.SIGTERM, atari_long.signal.SIGINT)}
+    try:
+        assert atari_long.drive(args) == 0
+    finally:
+        for s, handler in previous.items():
+            atari_long.signal.signal(s, handler)
+    assert calls == [("a", 10), ("a", 10), ("b", 10), ("a", 20), ("b", 20)]
+
+
+@pytest.mark.benchmark
+def test_sigterm_after_ray_started_checkpoints_and_exits(tmp_path):
+    """SIGTERM mid-run (Ray up: its core worker installs a SIGTERM handler of its own that
+    killed the driver at once): the cell checkpoints at its last iteration, stores its
+    record and the driver exits 128 + 15."""
+    import signal
+
+    from hca_rllib.runner import checkpoints_newest_first, read_results, verify_checkpoint
+
+    out, runs = tmp_path / "out", tmp_path / "runs"
+    driver = subprocess.Popen([sys.executable, str(SCRIPT), "--cells", atari_long.QUICK_CELL, "--quick-child",
+                               "--out", str(out), "--runs", str(runs), "--target-steps", "100000",
+                               "--checkpoint-minutes", "60", "--on-tests", "stop", "--guard-names", _fake_name()],
+                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    results = runs / atari_long.QUICK_CELL / "results.jsonl"
+    deadline = time.time() + 300
+    while time.time() < deadline and driver.poll() is None and len(read_results(results)) < 2:
+        time.sleep(0.5)
+    assert driver.poll() is None
+    driver.send_signal(signal.SIGTERM)
+    output = driver.communicate(timeout=300)[0]
+    assert driver.returncode == 128 + signal.SIGTERM, output[-4000:]
+    rows = read_results(results)
+    meta = verify_checkpoint(checkpoints_newest_first(runs / atari_long.QUICK_CELL)[0], require_meta=True)
+    assert meta["iteration"] == rows[-1]["iteration"] >= 2 and rows[-1]["env_steps"] < 100_000
+    record = json.loads((out / f"{atari_long.QUICK_CELL}.json").read_text())
+    assert record["sessions"][-1]["ended"] == "signal SIGTERM"
