@@ -770,6 +770,22 @@ def _duration(seconds: float) -> str:
 # ------------------------------------------------------------------ the loop
 
 
+def read_run_json(run_json: Path) -> Dict[str, Any]:
+    """A run's `run.json` as a dict; ValueError with one line when it is not one (cut
+    short by a full disk, edited by hand)."""
+    try:
+        data = json.loads(run_json.read_text())
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{str(run_json)!r} is not valid JSON ({error.msg} at line {error.lineno}, "
+                         f"column {error.colno}): repair it or start a new run") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ValueError(f"cannot read {str(run_json)!r}: {error}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{str(run_json)!r} holds a JSON {type(data).__name__}, not the run's settings "
+                         f"(an object): repair it or start a new run")
+    return data
+
+
 def stored_run_settings(run_dir: Path, resume: bool, keys, made_by: str) -> Dict[str, Any]:
     """The settings a start in `run_dir` must reuse, for the CLI and the tuned examples.
 
@@ -785,7 +801,7 @@ def stored_run_settings(run_dir: Path, resume: bool, keys, made_by: str) -> Dict
         return {}
     if not run_json.exists():
         raise ValueError(f"nothing to resume in {str(run_dir)!r}: it has no run.json")
-    data = json.loads(run_json.read_text())
+    data = read_run_json(run_json)
     stored = data.get("args") or {}
     missing = [key for key in keys if key not in stored]
     if missing:
@@ -906,7 +922,7 @@ def run_training(
     run_json = run_dir / "run.json"
     info = dict(run_info)
     if resume and run_json.exists():
-        info = {**json.loads(run_json.read_text()), **{k: v for k, v in run_info.items() if k == "stop_timesteps"}}
+        info = {**read_run_json(run_json), **{k: v for k, v in run_info.items() if k == "stop_timesteps"}}
     info["stop_timesteps"] = stop_timesteps
     mode = wandb_mode(wandb)
 
@@ -991,4 +1007,7 @@ def run_training(
             except Exception as error:  # a logger must not hide the run's own outcome
                 if not disk_failed:
                     warn(f"closing {type(log).__name__} failed: {error}")
-        algo.stop()
+        try:
+            algo.stop()
+        except Exception as error:  # noqa: BLE001 - nor must stopping (the checkpoint is saved)
+            warn(f"stopping the algorithm failed: {type(error).__name__}: {error}")

@@ -267,6 +267,15 @@ def make_scheduler(name: str, stop_timesteps: int):
     raise ValueError(f"scheduler must be none, asha or pbt, got {name!r}")
 
 
+def check_grids(credits: List[str], overrides: Dict[str, Any]) -> None:
+    """One-line ValueError for a grid the sweep cannot run as asked."""
+    if "grid:hindsight_loss_coeff" in overrides and "a2c" in credits:
+        # A grid key overrides the per-credit coefficient: every a2c trial would train a
+        # classifier (and the grid would repeat the same A2C once per value).
+        raise ValueError("--set grid:hindsight_loss_coeff=[...] cannot include credit a2c (A2C trains "
+                         "no classifier): sweep a2c in its own sweep, or drop it from --credits")
+
+
 def build_param_space(envs: List[str], credits: List[str], seeds: List[int], overrides: Dict[str, Any],
                       num_env_runners: int, num_envs_per_env_runner: int, cpus_per_env_runner: float):
     from ray import tune
@@ -278,6 +287,7 @@ def build_param_space(envs: List[str], credits: List[str], seeds: List[int], ove
         num_envs_per_env_runner=num_envs_per_env_runner,
         num_cpus_per_env_runner=cpus_per_env_runner,
     )
+    check_grids(credits, overrides)
     grids = {k: v for k, v in overrides.items() if k.startswith("grid:")}
     config.update_from_dict({k: v for k, v in overrides.items() if k not in grids})
     space = config.to_dict()
@@ -387,6 +397,7 @@ def run_sweep(
     bad = [c for c in credits if c not in CREDIT_MODES]
     if bad:
         raise ValueError(f"unknown credit mode(s) {bad}; choose from {list(CREDIT_MODES)}")
+    check_grids(credits, overrides or {})  # before Ray starts
     storage = storage_path if "://" in storage_path else str(user_path(storage_path))  # Tune: absolute
     experiment = f"{storage}/{name}" if "://" in storage else str(Path(storage) / name)
     settings = sweep_settings(envs=envs, credits=credits, seeds=seeds, stop_timesteps=stop_timesteps,

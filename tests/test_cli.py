@@ -312,6 +312,27 @@ def test_bad_paths_and_progress_are_one_line_errors(args, message, tmp_path, mon
     assert message.format(cwd=tmp_path) in stderr
 
 
+@pytest.mark.parametrize("content, message", [
+    ('{"args": {"algo": "HCA"', "is not valid JSON (Expecting ',' delimiter at line 1, column 24): "
+                                "repair it or start a new run"),
+    ("[1, 2]", "holds a JSON list, not the run's settings (an object)"),
+    (b"\xff\xfe", "cannot read"),
+])
+def test_resume_over_a_damaged_run_json_is_a_one_line_error(content, message, tmp_path, capsys):
+    """A run.json cut short (a full disk) or not a run's settings: named in one line, before
+    Ray starts, where it was a raw JSONDecodeError traceback."""
+    from hca_rllib.cli import main
+
+    path = tmp_path / "run.json"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    (tmp_path / "results.jsonl").write_text('{"iteration": 1}\n')
+    assert main(["train", "--resume", "--output", str(tmp_path)]) == 2
+    stderr = capsys.readouterr().err
+    assert stderr.startswith(f"hca-rllib: error: {str(path)!r} " if "cannot" not in message
+                             else "hca-rllib: error: cannot read"), stderr
+    assert message in stderr and len(stderr.strip().splitlines()) == 1, stderr
+
+
 def test_resume_over_a_damaged_results_file_is_a_one_line_error(tmp_path, capsys):
     """Only a torn last line is skipped; damage before it is named, before Ray starts."""
     from hca_rllib.cli import TRAIN_ARGS, main, make_parser

@@ -303,3 +303,32 @@ def test_checkpoints_past_a_million_iterations_are_ordered_by_iteration(tmp_path
     names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     assert names == ["iter_1000000", "iter_1000002", "iter_999998"]
     assert newest_valid_checkpoint(tmp_path, print).name == "iter_1000002"
+
+
+def test_a_failing_stop_never_hides_the_runs_outcome(ray_local, tmp_path, monkeypatch):
+    """`algo.stop()` runs in a `finally`: when it raises, the run's own error still reaches
+    the caller (and a finished run still returns its last line), with a warning."""
+    from ray.rllib.algorithms.algorithm import Algorithm
+
+    from hca_rllib import A2CConfig
+    from hca_rllib.runner import run_training
+
+    def failing_stop(self):
+        raise RuntimeError("stop failed")
+
+    monkeypatch.setattr(Algorithm, "stop", failing_stop)
+    config = (A2CConfig().environment("CartPole-v1")
+              .env_runners(num_envs_per_env_runner=2, rollout_fragment_length=16)
+              .training(train_batch_size_per_learner=32).debugging(seed=0))
+    warnings = []
+
+    def boom(line):
+        raise KeyError("the run's own error")
+
+    with pytest.raises(KeyError, match="the run's own error"):
+        run_training(config, tmp_path / "a", 64, run_info={"env": "CartPole-v1"}, checkpoint_every=0,
+                     wandb="off", tensorboard=False, progress=False, warn=warnings.append, stop_when=boom)
+    assert warnings == ["stopping the algorithm failed: RuntimeError: stop failed"]
+    last = run_training(config, tmp_path / "b", 64, run_info={"env": "CartPole-v1"}, checkpoint_every=0,
+                        wandb="off", tensorboard=False, progress=False, warn=warnings.append)
+    assert last["env_steps"] >= 64 and len(warnings) == 2

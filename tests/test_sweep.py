@@ -112,6 +112,22 @@ def test_tuned_example_sweeps_are_valid(which, trials):
         config.validate()
 
 
+def test_a_grid_over_the_classifier_coefficient_refuses_a2c():
+    """A grid key replaces the per-credit coefficient, so a2c trials would train a
+    classifier: refused in one line; without a2c, every trial gets its grid value."""
+    from ray.tune.search.variant_generator import generate_variants
+
+    from hca_rllib.sweep import build_param_space
+
+    grid = {"grid:hindsight_loss_coeff": [0.5, 2.0]}
+    with pytest.raises(ValueError, match=r"cannot include credit a2c \(A2C trains no classifier\)"):
+        build_param_space(["CartPole-v1"], ["a2c", "hca"], [0], grid, 0, 2, 0.5)
+    space = build_param_space(["CartPole-v1"], ["hca", "c2a2c"], [0], grid, 0, 2, 0.5)
+    variants = [config for _, config in generate_variants(space)]
+    assert sorted((v["credit"], v["hindsight_loss_coeff"]) for v in variants) == [
+        ("c2a2c", 0.5), ("c2a2c", 2.0), ("hca", 0.5), ("hca", 2.0)]
+
+
 def _rows(path: Path):
     return [json.loads(x) for x in path.read_text().splitlines()]
 
