@@ -25,6 +25,8 @@ Variants:
     first with `trust_calibration="blend"` and no memory).
   * `expected_hca_blend_nomem_overlap`: the same with `hindsight_overlap=True` (the
     extra passes in a background thread beside the next sample, not inside the update).
+  * `c2a2c_blend_nomem`: `expected_hca_blend_nomem` with `credit="c2a2c"` (the same
+    classifier, trust and extra passes; one-hot weights from the soft gate).
 
     .venv/bin/python benchmarks/credit_cost.py              # 10 rounds, results in
                                                             # benchmarks/results/credit_cost/
@@ -58,6 +60,7 @@ VARIANTS = {
     "expected_hca_e0": ("HCA", {**FIRST_CANDIDATE, "hindsight_epochs": 0, "hindsight_memory": 0}),
     "expected_hca_blend_nomem": ("HCA", dict(DEFAULT_CREDIT)),
     "expected_hca_blend_nomem_overlap": ("HCA", {**DEFAULT_CREDIT, "hindsight_overlap": True}),
+    "c2a2c_blend_nomem": ("HCA", {**DEFAULT_CREDIT, "credit": "c2a2c"}),
 }
 QUICK_VARIANTS = ("a2c", "expected_hca_blend_nomem")
 CANDIDATE = "expected_hca_blend_nomem"  # the variant the target is read from

@@ -96,8 +96,29 @@ class CreditState:
     # False when the batch's returns, values or classifier outputs are not finite: the
     # running statistics and the trust are then left as they were.
     finite: bool = True
+    # Every row real (`mask` all True: always on the lean layout): `real` then returns
+    # the tensor itself instead of a masked copy of all of it (the same values).
+    all_real: bool = False
+    # exp(log_pi_all), exp(log_q_all), once for the trust and the weights (`probs`).
+    pi_probs: Optional[torch.Tensor] = None
+    q_probs: Optional[torch.Tensor] = None
     parts: Dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
     diagnostics: Dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def real(self, x: torch.Tensor) -> torch.Tensor:
+        """`x[mask]`: the real rows of `x`."""
+        return x if self.all_real else x[self.mask]
+
+    @property
+    def diagnostic_mask(self) -> Optional[torch.Tensor]:
+        """The `mask` argument for `credit`'s diagnostics: None (all rows) when every row is real."""
+        return None if self.all_real else self.mask
+
+    def probs(self):
+        """`(pi_probs, q_probs)`: the policy's and the classifier's probabilities."""
+        if self.pi_probs is None:
+            self.pi_probs, self.q_probs = self.log_pi_all.exp(), self.log_q_all.exp()
+        return self.pi_probs, self.q_probs
 
 
 class _CreditPiece(ConnectorV2):
@@ -179,7 +200,7 @@ class ComputeReturnsAndAdvantages(_CreditPiece):
         return CreditState(
             mask=mask, actions=b[Columns.ACTIONS].long(), policy_logits=logits,
             log_pi_all=torch.log_softmax(logits, dim=-1), values=values, returns=returns, gae=gae,
-            policy_latent=latent, chunks=chunks,
+            policy_latent=latent, chunks=chunks, all_real=bool(mask.all()),
         )
 
 
@@ -192,7 +213,7 @@ class ComputeHindsightLogProbs(_CreditPiece):
             return None
         s = self._state(states, module_id)
         obs = b[Columns.OBS]
-        s.finite = self._update_return_statistics(module, s.returns[s.mask], s.values[s.mask])
+        s.finite = self._update_return_statistics(module, s.real(s.returns), s.real(s.values))
         if s.grad_latent is not None:
             # Credit from the Learner's gradient pass: the classifier's forward with
             # gradient, after the statistics update (as in the module's forward_train),
@@ -205,12 +226,13 @@ class ComputeHindsightLogProbs(_CreditPiece):
         s.log_q_all = torch.log_softmax(s.hindsight_logits, dim=-1)
         s.log_pi_taken = log_pi = s.log_pi_all.gather(-1, s.actions.unsqueeze(-1)).squeeze(-1)
         s.log_q_taken = log_q = s.log_q_all.gather(-1, s.actions.unsqueeze(-1)).squeeze(-1)
-        s.finite = s.finite and bool(torch.isfinite(s.log_q_all[s.mask]).all())
+        s.finite = s.finite and bool(torch.isfinite(s.real(s.log_q_all)).all())
         b[RETURNS] = s.returns
+        mask = s.diagnostic_mask
         return {
-            "info/mutual_information": credit.mutual_information(log_q, log_pi, s.mask),
-            "hindsight/accuracy": credit.argmax_accuracy(s.hindsight_logits, s.actions, s.mask),
-            "policy/accuracy": credit.argmax_accuracy(s.policy_logits, s.actions, s.mask),
+            "info/mutual_information": credit.mutual_information(log_q, log_pi, mask),
+            "hindsight/accuracy": credit.argmax_accuracy(s.hindsight_logits, s.actions, mask),
+            "policy/accuracy": credit.argmax_accuracy(s.policy_logits, s.actions, mask),
         }
 
     @staticmethod
@@ -254,10 +276,12 @@ class ComputeCreditWeights(_CreditPiece):
             return None
         diagnostics: Dict[str, Any] = {}
         trust, scale = self._trust(module, s, diagnostics)
+        pi_probs, q_probs = s.probs() if config.credit == "expected_hca" else (None, None)
         s.parts = credit.credit_weights(
             config.credit,
             actions=s.actions, gae=s.gae, log_pi_all=s.log_pi_all, log_q_all=s.log_q_all,
             returns=s.returns, values=s.values, trust=trust, scale=scale, mask=s.mask,
+            pi_probs=pi_probs, q_probs=q_probs,
             **({} if config.credit in ("expected_hca", "a2c") else dict(
                 ratio_clip=config.hca_ratio_clip, use_baseline=config.hca_baseline,
                 gate_delta=config.c2a2c_delta, soft_gate=config.c2a2c_soft,
@@ -277,7 +301,7 @@ class ComputeCreditWeights(_CreditPiece):
         config = self.config
         if config.trust is None:
             return None, 1.0
-        pi_probs, q_probs = s.log_pi_all.exp(), s.log_q_all.exp()
+        pi_probs, q_probs = s.probs()
         if config.trust == "batch":
             batch = credit.batch_trust(s.log_q_taken - s.log_pi_taken, s.mask, config.trust_z, config.trust_information)
             trust = self._update_batch_trust(module, batch, s.finite)
@@ -290,19 +314,20 @@ class ComputeCreditWeights(_CreditPiece):
         # The trust applied to this batch comes from the batches before it: evidence that
         # includes this batch would favour a noise classifier exactly where its deviations
         # happen to point at this batch's actions. This batch's evidence serves the next.
-        accumulated = module.trust_evidence.clone().double()
+        accumulated = module.trust_evidence.to(torch.float64, copy=True)
         self._update_evidence(module, evidence, s.finite)
         per_bin = credit.evidence_trust(accumulated, config.trust_z, config.trust_max_scale,
                                         config.trust_calibration)
         per_decision = credit.decision_trust(per_bin["trust"], pi_probs, q_probs, config.trust_information, bins)
         # The headline numbers are those of the most informative bin that has evidence.
-        top = int(torch.nonzero(accumulated[:, 0] >= 2.0).max()) if bool((accumulated[:, 0] >= 2.0).any()) else 0
+        has_evidence = accumulated[:, 0] >= 2.0
+        top = int(torch.nonzero(has_evidence).max()) if bool(has_evidence.any()) else 0
         module.trust.fill_(float(per_bin["trust"][top]))
         diagnostics.update({
             "credit/trust": per_bin["trust"][top],
             "credit/trust_z": per_bin["z"][top],
             "credit/trust_scale": per_bin["scale"][top],
-            "credit/decision_trust": per_decision[s.mask].mean(),
+            "credit/decision_trust": s.real(per_decision).mean(),
         })
         if config.credit != "expected_hca":
             return per_decision, 1.0
@@ -338,7 +363,7 @@ class ComputeCreditWeights(_CreditPiece):
 
     def _diagnostics(self, s: CreditState) -> Dict[str, Any]:
         """Method note, section 4, measured on this (held-out) batch."""
-        config, mask, parts = self.config, s.mask, s.parts
+        config, mask, parts = self.config, s.diagnostic_mask, s.parts
         log_pi, log_q = s.log_pi_taken, s.log_q_taken
         # The credit estimator itself (before any blending toward A2C) against GAE.
         if "expected_weights" in parts:
@@ -352,7 +377,7 @@ class ComputeCreditWeights(_CreditPiece):
         if "raw_gate" in parts:
             # Share of the policy update the gate of the note removes (hard gate: the
             # share of steps skipped).
-            out["c2a2c/mask_fraction"] = 1.0 - parts["raw_gate"][mask].mean()
+            out["c2a2c/mask_fraction"] = 1.0 - s.real(parts["raw_gate"]).mean()
         return out
 
 
@@ -365,10 +390,10 @@ class NormalizeCreditWeights(_CreditPiece):
     def _process(self, module, b, states, module_id):
         s = self._state(states, module_id)
         if self.config.credit == "expected_hca":
-            s.parts["weights"] = s.parts["weights"] / s.gae[s.mask].std().clamp(min=1e-8)
+            s.parts["weights"] = s.parts["weights"] / s.real(s.gae).std().clamp(min=1e-8)
             s.parts["advantages"] = s.parts["weights"].gather(-1, s.actions.unsqueeze(-1)).squeeze(-1)
         else:
-            real = s.parts["advantages"][s.mask]
+            real = s.real(s.parts["advantages"])
             s.parts["advantages"] = (s.parts["advantages"] - real.mean()) / real.std().clamp(min=1e-8)
             s.parts["weights"] = credit.one_hot_weights(s.parts["advantages"], s.actions, s.log_pi_all.shape[-1])
         ComputeCreditWeights._write(b, s)

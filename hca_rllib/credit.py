@@ -496,6 +496,8 @@ def credit_weights(
     trust: Optional[torch.Tensor] = None,
     scale: float | torch.Tensor = 1.0,
     mask: Optional[torch.Tensor] = None,
+    pi_probs: Optional[torch.Tensor] = None,
+    q_probs: Optional[torch.Tensor] = None,
     **options,
 ) -> Dict[str, torch.Tensor]:
     """Per-action policy-gradient weights `W[t, a]` of any credit mode, plus its parts.
@@ -505,7 +507,8 @@ def credit_weights(
     w_t * expected_hca_weights(Z, V, q, pi, scale)`, with the trust `w_t` (scalar or per
     step; None: 1, the pure estimator). With `lambda_ = 1`, `A_GAE = Z - V`: trust 0 is
     A2C exactly. Returns `weights`, `advantages` (the taken action's entry for one-hot
-    modes; `W[t, a_t]` otherwise, for diagnostics) and the parts.
+    modes; `W[t, a_t]` otherwise, for diagnostics) and the parts. `pi_probs`, `q_probs`:
+    `exp(log_pi_all)`, `exp(log_q_all)` if the caller has them already (`expected_hca`).
     """
     num_actions = log_pi_all.shape[-1]
     if credit != "expected_hca":
@@ -518,7 +521,8 @@ def credit_weights(
         )
         parts["weights"] = one_hot_weights(parts["advantages"], actions, num_actions)
         return parts
-    expected = expected_hca_weights(returns, values, log_q_all.exp(), log_pi_all.exp(), scale)
+    expected = expected_hca_weights(returns, values, log_q_all.exp() if q_probs is None else q_probs,
+                                    log_pi_all.exp() if pi_probs is None else pi_probs, scale)
     w = torch.ones((), device=gae.device) if trust is None else trust
     if w.dim() == 1:
         w = w.unsqueeze(-1)
