@@ -665,3 +665,11 @@ class PlainLeanEnvRunner(LeanEnvRunner):
     (`fast_policy = False`): what `benchmarks/throughput.py`'s `a2c_plain_act` runs."""
 
     fast_policy = False
+
+
+class StockStepLeanEnvRunner(LeanEnvRunner):
+    """The lean runner stepping a `SyncVectorEnv` through its own `step`
+    (`direct_vector_step = False`): what `benchmarks/throughput.py`'s `a2c_stock_step`
+    runs, and the reference of tests/test_env_runner.py's direct-step tests."""
+
+    direct_vector_step = False

@@ -15,7 +15,8 @@ from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 
 from hca_rllib import A2CConfig, HCAConfig
-from hca_rllib.env_runner import DEFAULT_SAMPLER, LeanEnvRunner, PreviousChunks
+from hca_rllib.env_runner import (DEFAULT_SAMPLER, LeanEnvRunner, PreviousChunks,
+                                  StockStepLeanEnvRunner)
 from hca_rllib.module import HCATorchRLModule
 
 
@@ -567,12 +568,6 @@ if INFO_ENV_ID not in gym.envs.registry:
 if SHORT_CARTPOLE_ID not in gym.envs.registry:
     gym.register(SHORT_CARTPOLE_ID, entry_point="gymnasium.envs.classic_control:CartPoleEnv",
                  max_episode_steps=9)
-
-
-class StockStepLeanEnvRunner(LeanEnvRunner):
-    """The lean runner through `SyncVectorEnv.step` (the path before the direct step)."""
-
-    direct_vector_step = False
 
 
 _SYNC_STATE = ("_autoreset_envs", "_observations", "_rewards", "_terminations", "_truncations")
