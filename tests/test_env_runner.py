@@ -696,3 +696,53 @@ def test_direct_sync_step_then_the_stock_step_carries_on():
         for j, (x, y) in enumerate(zip(direct.sample(), stock.sample())):
             assert x.t_started == 0 or k > 0
             _assert_same_direct_episode(x, y, ("after rllib's loop", k, j))
+
+
+class FramesEnv(gym.Env):
+    """One-channel random frames, episodes of 3-11 steps ending by termination or
+    truncation: for frame stacking on a SyncVectorEnv."""
+
+    observation_space = gym.spaces.Box(0, 255, (6, 6, 1), np.uint8)
+    action_space = gym.spaces.Discrete(3)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._t, self._end = 0, int(self.np_random.integers(3, 12))
+        return self.np_random.integers(0, 256, (6, 6, 1), dtype=np.uint8), {}
+
+    def step(self, action):
+        self._t += 1
+        over = self._t >= self._end
+        obs = self.np_random.integers(0, 256, (6, 6, 1), dtype=np.uint8)
+        return obs, float(action), bool(over and self._end % 2), bool(over and not self._end % 2), {"t": self._t}
+
+
+FRAMES_ENV_ID = "LeanRunnerTest/Frames-v0"
+if FRAMES_ENV_ID not in gym.envs.registry:
+    gym.register(FRAMES_ENV_ID, entry_point=FramesEnv)
+
+
+def test_direct_sync_step_with_frame_stacking():
+    """The direct step under the lean loop's frame stack (3 frames, a SyncVectorEnv of
+    Python envs): the same episodes, env state and rolling stacks as the stock step, and
+    the policy's actions depend on the stacked frames."""
+    config = (A2CConfig().environment(FRAMES_ENV_ID, frame_stack=3)
+              .env_runners(num_envs_per_env_runner=3, rollout_fragment_length=10)
+              .training(train_batch_size_per_learner=30).debugging(seed=0)
+              .rl_module(rl_module_spec=RLModuleSpec(module_class=CertainActionModule),
+                         model_config={"conv_filters": [[8, 3, 1, "valid"]], "conv_dense_hiddens": [16]}))
+    config.validate()
+    direct, stock = LeanEnvRunner(config=config), StockStepLeanEnvRunner(config=config)
+    stock.module.set_state(direct.module.get_state())
+    assert direct._num_frames == 3 and direct._direct_ok(direct._vector_env())
+    actions, ended = set(), 0
+    for k in range(5):
+        eps_direct, eps_stock = direct.sample(), stock.sample()
+        assert len(eps_direct) == len(eps_stock), k
+        for j, (x, y) in enumerate(zip(eps_direct, eps_stock)):
+            _assert_same_direct_episode(x, y, (k, j))
+            actions.update(x.get_actions().tolist())
+            ended += x.is_done
+        _assert_same_sync_state(direct._vector_env(), stock._vector_env(), k)
+        np.testing.assert_array_equal(direct._lean["stack"], stock._lean["stack"])
+    assert ended and len(actions) > 1
