@@ -38,6 +38,9 @@ Methods (same names in both settings where they exist):
   (``PlainLeanEnvRunner``: the module's ``_forward_exploration`` and
   ``torch.distributions.Categorical`` each step, as before issue 12's fast pass): the
   before/after comparison of that pass in one run.
+* ``a2c_stock_step`` (MinAtar only): the lean sampler stepping the ``SyncVectorEnv``
+  through its own ``step`` (``StockStepLeanEnvRunner``: ``direct_vector_step = False``,
+  as before issue 12's direct step): the before/after comparison of that step in one run.
 * ``hca``, ``c2a2c``, ``mix``: ``HCAConfig`` with that ``credit``, same setting, the
   hindsight classifier trained every iteration (its defaults).
 * ``a2c_rllib_learner``, ``hca_rllib_learner``: ``a2c`` and ``hca`` with
@@ -204,7 +207,7 @@ SETTINGS: Dict[str, Dict[str, Any]] = {
                              "C++ vector env, 4 stacked frames, Nature CNN"},
 }
 METHODS: Dict[str, Tuple[str, ...]] = {
-    "minatar": ("a2c", "a2c_lean", "a2c_plain_act", "a2c_overlap", "a2c_rllib", "a2c_rllib_learner", "hca", "hca_rllib_learner",
+    "minatar": ("a2c", "a2c_lean", "a2c_plain_act", "a2c_stock_step", "a2c_overlap", "a2c_rllib", "a2c_rllib_learner", "hca", "hca_rllib_learner",
                 "c2a2c", "mix", "ppo_1epoch", "ppo_1epoch_rllib_module", "sb3_a2c", "sb3_a2c_mlp",
                 "a2c_runners1", "a2c_runners2"),
     "atari": ("a2c", "a2c_lean", "a2c_plain_act", "a2c_overlap", "a2c_rllib", "a2c_rllib_learner", "hca", "hca_rllib_learner",
@@ -222,6 +225,7 @@ LABELS = {
     "a2c_lean": "A2C, sampler='lean' (hca_rllib's LeanEnvRunner)",
     "a2c_rllib": "A2C, sampler='rllib' (RLlib's SingleAgentEnvRunner)",
     "a2c_plain_act": "A2C, sampler='lean' without fast_policy (the module's forward + Categorical per step)",
+    "a2c_stock_step": "A2C, sampler='lean' through SyncVectorEnv.step (no direct vector step)",
     "a2c_overlap": "A2C, sampler='lean', sampler_overlap=True (two groups of envs, double-buffered)",
     "a2c_rllib_learner": "A2C, learner_path='rllib' (RLlib's learner connector pieces)",
     "hca": "HCA credit=hca",
@@ -316,6 +320,10 @@ def ours_config(env: str, method: str, quick: bool = False):
         from hca_rllib.env_runner import PlainLeanEnvRunner
 
         config = config.env_runners(sampler="lean", env_runner_cls=PlainLeanEnvRunner)
+    if method == "a2c_stock_step":
+        from hca_rllib.env_runner import StockStepLeanEnvRunner
+
+        config = config.env_runners(sampler="lean", env_runner_cls=StockStepLeanEnvRunner)
     if learner_path:
         config = config.learners(learner_path=learner_path)
     return config

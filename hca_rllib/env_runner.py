@@ -14,6 +14,11 @@ timestep loop of ``_sample`` (``sample()``'s framing, weight sync, state, checkp
   timing, Categorical's draw in fewer ops; a finite-logits check per fragment); other
   modules get their own ``_forward_exploration`` and ``Categorical``
   (``PlainLeanEnvRunner`` forces that path).
+* A gymnasium ``SyncVectorEnv`` (NEXT_STEP autoreset, Box observations: what RLlib's
+  ``make_env`` builds for a registered env) is stepped directly into the fragment
+  buffers: the same sub-env calls in the same order as its ``step``, without its
+  observation stacking, deep copy and per-step info arrays (``_direct_step``; the same
+  episodes and the same env state, tests/test_env_runner.py).
 * Preallocated numpy buffers per fragment; the ``SingleAgentEpisode`` chunks are built
   once per ``sample()`` from them, with what RLlib's path stores: observations including
   the last one, actions, rewards, terminated/truncated, the extra model outputs
@@ -55,6 +60,8 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 import torch
+from gymnasium.spaces import Box
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.wrappers.vector import DictInfoToList
 
 from ray.rllib.callbacks.callbacks import RLlibCallback
@@ -153,6 +160,9 @@ class LeanEnvRunner(SingleAgentEnvRunner):
     # measurement, fewer-op action draw); False: the module's `_forward_exploration` and
     # `torch.distributions.Categorical` (the comparison `benchmarks/throughput.py` runs).
     fast_policy = True
+    # Step a gymnasium `SyncVectorEnv` (NEXT_STEP autoreset, Box observations) directly
+    # into the fragment buffers (`_direct_step`); False: its own `step` (module docs).
+    direct_vector_step = True
 
     @override(SingleAgentEnvRunner)
     def __init__(self, *, config, **kwargs):
@@ -352,6 +362,22 @@ class LeanEnvRunner(SingleAgentEnvRunner):
                 v += 1
                 if not more:
                     break
+        elif self._direct_ok(env):
+            # The vector env's step written straight into the buffers (`_direct_step`).
+            everything = slice(0, n)
+            if b["rew"] is None:
+                b["rew"] = np.zeros(b["act"].shape, env._rewards.dtype)
+            env_infos: List[Any] = [None] * n  # this step's per-env info dicts
+            infos_of = lambda: self._direct_infos(env, env_infos)  # noqa: E731
+            while ts < num_timesteps:
+                ts += n - int(needs_reset.sum())
+                actions = self._lean_act(f, v, everything)
+                if self._lean_env_call(self._direct_step, env, b, v, actions,
+                                       env_infos) is ENV_STEP_FAILURE:
+                    return None
+                self._lean_after_step(f, v, everything, infos_of)
+                v += 1
+            self._direct_sync(env, b, v)
         else:
             everything = slice(0, n)
             while ts < num_timesteps:
@@ -432,8 +458,7 @@ class LeanEnvRunner(SingleAgentEnvRunner):
         """Store the step of envs `sl` at row `v`: its results, the episodes that ended,
         the autoresets, the frame stack. `group_size`: `results` are a group's (its own
         info), None: the whole vector env's."""
-        b, stack, frame = f["b"], f["stack"], f["frame"]
-        needs_reset, seg_start = f["needs_reset"][sl], f["seg_start"][sl]
+        b = f["b"]
         obs, rew, term, trunc, info = results
         if b["rew"] is None:
             b["rew"] = np.zeros(b["act"].shape, np.asarray(rew).dtype)
@@ -441,14 +466,25 @@ class LeanEnvRunner(SingleAgentEnvRunner):
         b["rew"][v, sl] = rew
         b["term"][v, sl] = term
         b["trunc"][v, sl] = trunc
+
+        def infos_of() -> List[dict]:
+            if group_size is not None:
+                return _InfoLists(group_size)._convert_info_to_list(info)
+            if isinstance(self.env, DictInfoToList):
+                return self.env._convert_info_to_list(info)
+            return [{} for _ in range(self.num_envs)]
+
+        self._lean_after_step(f, v, sl, infos_of)
+
+    def _lean_after_step(self, f: Dict[str, Any], v: int, sl: slice, infos_of) -> None:
+        """After envs `sl`'s step at row `v` is in the buffers: the episodes that ended,
+        the autoresets, the frame stack. `infos_of()`: the step's per-env info dicts (asked
+        for only when an episode ended)."""
+        b, stack, frame = f["b"], f["stack"], f["frame"]
+        needs_reset, seg_start = f["needs_reset"][sl], f["seg_start"][sl]
         done = (b["term"][v, sl] | b["trunc"][v, sl]) & ~needs_reset
         if done.any():
-            if group_size is not None:
-                infos = _InfoLists(group_size)._convert_info_to_list(info)
-            elif isinstance(self.env, DictInfoToList):
-                infos = self.env._convert_info_to_list(info)
-            else:
-                infos = [{} for _ in range(self.num_envs)]
+            infos = infos_of()
             for j in np.flatnonzero(done).tolist():
                 f["done_episodes"].append(self._chunk(sl.start + j, int(seg_start[j]), v, infos[j]))
         if needs_reset.any():
@@ -459,10 +495,81 @@ class LeanEnvRunner(SingleAgentEnvRunner):
         if stack is not None:
             st = stack[sl]
             st[..., :-frame] = st[..., frame:]
-            st[..., -frame:] = obs
+            st[..., -frame:] = b["obs"][v + 1, sl]
             if needs_reset.any():  # a new episode: no frames before its first one
                 st[needs_reset, ..., :-frame] = 0
         needs_reset[:] = done
+
+    # ------------------------------------------------------- direct SyncVectorEnv step
+    #
+    # gymnasium's `SyncVectorEnv.step` (1.x, NEXT_STEP autoreset) loops over its envs
+    # (an env that ended at the last step gets `reset()`, reward 0, not terminated or
+    # truncated; the others `step(action)`), then stacks the observations into its own
+    # array (`concatenate`, singledispatch), deep-copies that array, copies rewards,
+    # terminations and truncations, and builds a dict of per-key arrays from the infos
+    # (`_add_info` per env) that RLlib's `DictInfoToList` turns back into per-env dicts.
+    # The lean loop copies all of that into its fragment buffers once more. The direct
+    # step below runs the same loop over the same envs, with the same calls in the same
+    # order, and writes each env's results straight into the buffer rows; the infos stay
+    # the envs' own dicts and go through `_add_info` and `DictInfoToList` (what the
+    # stock step gives) only at a step where an episode ended, the one place the lean
+    # loop keeps them. The vector env's state is kept as its own step leaves it
+    # (`_autoreset_envs`, `_env_obs` every step; `_observations`, `_rewards`,
+    # `_terminations`, `_truncations` at the end of the fragment), so its own `step` and
+    # `reset` (RLlib's loop, `sampler="rllib"` on the same env, evaluation) carry on from
+    # it. Only for `type(env) is SyncVectorEnv` (no subclass, no vector wrapper under
+    # DictInfoToList) with NEXT_STEP autoreset and a Box observation space; anything
+    # else, or `direct_vector_step = False`, steps through the env's own `step`.
+    # tests/test_env_runner.py checks the episodes (infos included) and the env state
+    # are the same as through `SyncVectorEnv.step`; benchmarks/results/sync_step has the
+    # measured gain.
+
+    def _direct_ok(self, env) -> bool:
+        return (self.direct_vector_step and type(env) is SyncVectorEnv
+                and env.autoreset_mode == AutoresetMode.NEXT_STEP
+                and type(env.single_observation_space) is Box
+                and hasattr(env, "_autoreset_envs") and hasattr(env, "_env_obs"))
+
+    @staticmethod
+    def _direct_step(env, b: Dict[str, np.ndarray], v: int, actions: np.ndarray,
+                     env_infos: List[Any]) -> None:
+        """`SyncVectorEnv.step(actions)` (NEXT_STEP) with its results written into row `v`
+        of the buffers (observations into row `v + 1`) and its infos into `env_infos`."""
+        envs = env.envs
+        if len(actions) != len(envs):  # SyncVectorEnv.step's zip(..., strict=True)
+            raise ValueError(f"{len(actions)} actions for {len(envs)} envs")
+        obs, rew, term, trunc = b["obs"][v + 1], b["rew"][v], b["term"][v], b["trunc"][v]
+        autoreset, env_obs = env._autoreset_envs, env._env_obs
+        for i, sub in enumerate(envs):
+            if autoreset[i]:
+                env_obs[i], env_infos[i] = sub.reset()
+                rew[i] = 0.0
+                term[i] = False
+                trunc[i] = False
+            else:
+                env_obs[i], rew[i], term[i], trunc[i], env_infos[i] = sub.step(actions[i])
+            obs[i] = env_obs[i]
+        env._autoreset_envs = np.logical_or(term, trunc)
+
+    def _direct_infos(self, env, env_infos: List[Any]) -> List[dict]:
+        """The per-env infos of a direct step as the stock step and RLlib's
+        DictInfoToList give them (the same `_add_info` and `_convert_info_to_list`)."""
+        if not isinstance(self.env, DictInfoToList):
+            return [{} for _ in range(self.num_envs)]
+        infos: Dict[str, Any] = {}
+        for i, info in enumerate(env_infos):
+            infos = env._add_info(infos, info, i)
+        return self.env._convert_info_to_list(infos)
+
+    @staticmethod
+    def _direct_sync(env, b: Dict[str, np.ndarray], v: int) -> None:
+        """The rest of the vector env's state as its own last step would have left it."""
+        if v == 0:
+            return
+        env._observations[...] = b["obs"][v]
+        env._rewards[...] = b["rew"][v - 1]
+        env._terminations[...] = b["term"][v - 1]
+        env._truncations[...] = b["trunc"][v - 1]
 
     def _start_episode(self, i: int) -> None:
         s = self._lean
@@ -558,3 +665,11 @@ class PlainLeanEnvRunner(LeanEnvRunner):
     (`fast_policy = False`): what `benchmarks/throughput.py`'s `a2c_plain_act` runs."""
 
     fast_policy = False
+
+
+class StockStepLeanEnvRunner(LeanEnvRunner):
+    """The lean runner stepping a `SyncVectorEnv` through its own `step`
+    (`direct_vector_step = False`): what `benchmarks/throughput.py`'s `a2c_stock_step`
+    runs, and the reference of tests/test_env_runner.py's direct-step tests."""
+
+    direct_vector_step = False

@@ -15,7 +15,8 @@ from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 
 from hca_rllib import A2CConfig, HCAConfig
-from hca_rllib.env_runner import DEFAULT_SAMPLER, LeanEnvRunner, PreviousChunks
+from hca_rllib.env_runner import (DEFAULT_SAMPLER, LeanEnvRunner, PreviousChunks,
+                                  StockStepLeanEnvRunner)
 from hca_rllib.module import HCATorchRLModule
 
 
@@ -529,3 +530,219 @@ def test_split_env_owns_its_envs_after_the_vector_env_is_dropped():
     assert len(groups.recv(1)[0]) == 2
     groups.close()
     assert sorted(closed) == [0, 1, 2, 3, 4]
+
+
+# ------------------------------------------------------- direct SyncVectorEnv step
+
+
+class InfoEnv(gym.Env):
+    """Short episodes of random length that end by termination or by truncation, with
+    infos of several types at reset and at every step (float, int, bool, a nested dict,
+    a key some steps have and others not)."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._t, self._end = 0, int(self.np_random.integers(2, 9))
+        obs = self.np_random.uniform(-1, 1, 3).astype(np.float32)
+        return obs, {"reset_draw": float(self.np_random.uniform())}
+
+    def step(self, action):
+        self._t += 1
+        over = self._t >= self._end
+        terminated = bool(over and self._end % 2)
+        info = {"score": float(self.np_random.uniform()), "t": self._t, "flag": bool(action),
+                "nested": {"end": self._end}}
+        if self._t % 3 == 0:
+            info["sometimes"] = np.float32(self._t)
+        obs = self.np_random.uniform(-1, 1, 3).astype(np.float32)
+        return obs, float(action) - 0.5 * self._t, terminated, over and not terminated, info
+
+
+INFO_ENV_ID = "LeanRunnerTest/Info-v0"
+SHORT_CARTPOLE_ID = "LeanRunnerTest/CartPoleShort-v0"  # truncated at 9 steps
+if INFO_ENV_ID not in gym.envs.registry:
+    gym.register(INFO_ENV_ID, entry_point=InfoEnv)
+if SHORT_CARTPOLE_ID not in gym.envs.registry:
+    gym.register(SHORT_CARTPOLE_ID, entry_point="gymnasium.envs.classic_control:CartPoleEnv",
+                 max_episode_steps=9)
+
+
+_SYNC_STATE = ("_autoreset_envs", "_observations", "_rewards", "_terminations", "_truncations")
+
+
+def _assert_same_sync_state(x, y, where):
+    for name in _SYNC_STATE:
+        a, b = getattr(x, name), getattr(y, name)
+        assert a.dtype == b.dtype, (where, name)
+        np.testing.assert_array_equal(a, b, err_msg=f"{where} {name}")
+    for a, b in zip(x._env_obs, y._env_obs):
+        np.testing.assert_array_equal(a, b, err_msg=f"{where} _env_obs")
+
+
+def _assert_same_direct_episode(x, y, where):
+    """`_same_episode` and every info of the episode, with its types."""
+    _same_episode(x, y, where)
+    ix, iy = x.get_infos(), y.get_infos()
+    assert ix == iy, where
+    assert [{k: type(v) for k, v in d.items()} for d in ix] == [
+        {k: type(v) for k, v in d.items()} for d in iy], where
+
+
+def _direct_and_stock(env, num_envs, fragment, env_config=None):
+    from gymnasium.vector import SyncVectorEnv
+
+    config = _config(env, num_envs, fragment, CertainActionModule)
+    if env_config:
+        config.environment(env_config=env_config)
+    config = copy.deepcopy(config).env_runners(sampler="lean")
+    config.validate()
+    direct, stock = LeanEnvRunner(config=config), StockStepLeanEnvRunner(config=config)
+    stock.module.set_state(direct.module.get_state())
+    vec = direct._vector_env()
+    assert type(vec) is SyncVectorEnv and direct._direct_ok(vec)
+    assert not stock._direct_ok(stock._vector_env())
+    return direct, stock
+
+
+DIRECT_ENVS = [
+    ("minatar/Breakout", 4, 24, None),
+    ("minatar/Breakout", 3, 16, {"max_episode_steps": 11}),  # truncations
+    ("CartPole-v1", 4, 16, None),
+    (SHORT_CARTPOLE_ID, 3, 10, None),  # TimeLimit truncations
+    (INFO_ENV_ID, 5, 7, None),
+]
+
+
+@pytest.mark.parametrize("env, num_envs, fragment, env_config", DIRECT_ENVS)
+def test_direct_sync_step_samples_the_same_episodes(env, num_envs, fragment, env_config):
+    """The direct `SyncVectorEnv` step against the env's own `step`: envs seeded alike, a
+    policy whose action is certain; over 6 fragments (episodes that end by termination
+    and truncation, autoresets, episodes across fragments) the same episodes in the same
+    order (observations with the lookback, actions, rewards, ends, t_started, logits,
+    log-probs, every info with its type), the same episode ids across fragments, the
+    same metrics, and the vector env's state as its own step leaves it."""
+    direct, stock = _direct_and_stock(env, num_envs, fragment, env_config)
+    calls = []
+    direct_step = direct._direct_step
+    direct._direct_step = lambda *a: (calls.append(1), direct_step(*a))[1]
+    ids, ended, truncated = {}, 0, 0
+    for k in range(6):
+        eps_direct, eps_stock = direct.sample(), stock.sample()
+        assert len(eps_direct) == len(eps_stock), k
+        for j, (x, y) in enumerate(zip(eps_direct, eps_stock)):
+            _assert_same_direct_episode(x, y, (env, k, j))
+            if x.t_started > 0:
+                assert ids[x.id_] == y.id_
+            ids[x.id_] = y.id_
+            ended += x.is_done
+            truncated += x.is_truncated
+        _assert_same_sync_state(direct._vector_env(), stock._vector_env(), (env, k))
+    assert calls and ended and len(ids) > num_envs  # direct steps; episodes ended, restarted
+    if env_config or env == SHORT_CARTPOLE_ID or env == INFO_ENV_ID:
+        assert truncated
+    if env == INFO_ENV_ID:
+        assert any(x.get_infos(-1) for x in eps_direct if x.is_done)
+    m_direct, m_stock = direct.get_metrics(), stock.get_metrics()
+    for key in ("num_env_steps_sampled_lifetime", "num_episodes_lifetime", "episode_len_mean",
+                "episode_return_mean"):
+        if key in m_stock:
+            assert m_direct[key].peek() == pytest.approx(m_stock[key].peek()), key
+
+
+def test_direct_sync_step_comparison_catches_a_changed_reward():
+    """The comparison above can fail: one reward perturbed in the direct path's buffer
+    (a step that ends no episode) makes an episode differ."""
+    direct, stock = _direct_and_stock(INFO_ENV_ID, 3, 7)
+    direct_step = direct._direct_step
+    count = [0]
+
+    def perturbed(env, b, v, actions, env_infos):
+        direct_step(env, b, v, actions, env_infos)
+        count[0] += 1
+        if count[0] == 10:
+            b["rew"][v, 1] += 1e-3
+
+    direct._direct_step = perturbed
+    with pytest.raises(AssertionError):
+        for k in range(4):
+            for j, (x, y) in enumerate(zip(direct.sample(), stock.sample())):
+                _assert_same_direct_episode(x, y, (k, j))
+    assert count[0] >= 10
+
+
+def test_direct_sync_step_then_the_stock_step_carries_on():
+    """After direct steps the vector env's own `step` carries on as if it had made them:
+    a runner switched to the stock step (and RLlib's own loop on the same env) samples
+    what a runner that always took the stock step samples."""
+    direct, stock = _direct_and_stock(INFO_ENV_ID, 4, 6)
+    for k in range(3):
+        for j, (x, y) in enumerate(zip(direct.sample(), stock.sample())):
+            _assert_same_direct_episode(x, y, ("direct", k, j))
+    direct.direct_vector_step = False
+    for k in range(3):
+        for j, (x, y) in enumerate(zip(direct.sample(), stock.sample())):
+            _assert_same_direct_episode(x, y, ("stock after direct", k, j))
+    direct.direct_vector_step = True
+    for k in range(2):
+        for j, (x, y) in enumerate(zip(direct.sample(), stock.sample())):
+            _assert_same_direct_episode(x, y, ("direct again", k, j))
+    # RLlib's loop (a reset, its own SyncVectorEnv.step), then the direct step again.
+    a, b = direct.sample(num_episodes=2), stock.sample(num_episodes=2)
+    assert [len(e) for e in a] == [len(e) for e in b]
+    for k in range(2):
+        for j, (x, y) in enumerate(zip(direct.sample(), stock.sample())):
+            assert x.t_started == 0 or k > 0
+            _assert_same_direct_episode(x, y, ("after rllib's loop", k, j))
+
+
+class FramesEnv(gym.Env):
+    """One-channel random frames, episodes of 3-11 steps ending by termination or
+    truncation: for frame stacking on a SyncVectorEnv."""
+
+    observation_space = gym.spaces.Box(0, 255, (6, 6, 1), np.uint8)
+    action_space = gym.spaces.Discrete(3)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._t, self._end = 0, int(self.np_random.integers(3, 12))
+        return self.np_random.integers(0, 256, (6, 6, 1), dtype=np.uint8), {}
+
+    def step(self, action):
+        self._t += 1
+        over = self._t >= self._end
+        obs = self.np_random.integers(0, 256, (6, 6, 1), dtype=np.uint8)
+        return obs, float(action), bool(over and self._end % 2), bool(over and not self._end % 2), {"t": self._t}
+
+
+FRAMES_ENV_ID = "LeanRunnerTest/Frames-v0"
+if FRAMES_ENV_ID not in gym.envs.registry:
+    gym.register(FRAMES_ENV_ID, entry_point=FramesEnv)
+
+
+def test_direct_sync_step_with_frame_stacking():
+    """The direct step under the lean loop's frame stack (3 frames, a SyncVectorEnv of
+    Python envs): the same episodes, env state and rolling stacks as the stock step, and
+    the policy's actions depend on the stacked frames."""
+    config = (A2CConfig().environment(FRAMES_ENV_ID, frame_stack=3)
+              .env_runners(num_envs_per_env_runner=3, rollout_fragment_length=10)
+              .training(train_batch_size_per_learner=30).debugging(seed=0)
+              .rl_module(rl_module_spec=RLModuleSpec(module_class=CertainActionModule),
+                         model_config={"conv_filters": [[8, 3, 1, "valid"]], "conv_dense_hiddens": [16]}))
+    config.validate()
+    direct, stock = LeanEnvRunner(config=config), StockStepLeanEnvRunner(config=config)
+    stock.module.set_state(direct.module.get_state())
+    assert direct._num_frames == 3 and direct._direct_ok(direct._vector_env())
+    actions, ended = set(), 0
+    for k in range(5):
+        eps_direct, eps_stock = direct.sample(), stock.sample()
+        assert len(eps_direct) == len(eps_stock), k
+        for j, (x, y) in enumerate(zip(eps_direct, eps_stock)):
+            _assert_same_direct_episode(x, y, (k, j))
+            actions.update(x.get_actions().tolist())
+            ended += x.is_done
+        _assert_same_sync_state(direct._vector_env(), stock._vector_env(), k)
+        np.testing.assert_array_equal(direct._lean["stack"], stock._lean["stack"])
+    assert ended and len(actions) > 1

@@ -346,7 +346,7 @@ def test_minatar_own_ids_are_the_same_game(game, version, minimal):
         action = int(rng.integers(ours.action_space.n))
         obs, reward, terminated, *_ = ours.step(action)
         state, their_reward, their_terminated, *_ = theirs.step(action)
-        assert np.array_equal(obs, state.astype(np.uint8) * 255)
+        assert obs.dtype == np.uint8 and np.array_equal(obs, state.astype(np.uint8) * 255)
         assert (reward, terminated) == (their_reward, their_terminated)
         rewards += reward
         if terminated:

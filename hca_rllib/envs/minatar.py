@@ -69,7 +69,9 @@ class MinAtarEnv(gym.Env):
         self._steps = 0
 
     def _obs(self) -> np.ndarray:
-        return self.game.state().astype(np.uint8) * np.uint8(255)
+        # The bool planes read as their 0/1 bytes (a view, no copy), times 255: one new
+        # array where `.astype(np.uint8) * 255` made two; the same values and dtype.
+        return self.game.state().view(np.uint8) * np.uint8(255)
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
