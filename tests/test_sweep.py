@@ -112,6 +112,20 @@ def test_tuned_example_sweeps_are_valid(which, trials):
         config.validate()
 
 
+def test_tuned_sweeps_take_credits_and_seeds():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tuned_examples.sweeps import main, sweep_kwargs
+
+    kwargs = sweep_kwargs("atari", credits=["a2c", "expected_hca"], seeds=[0, 1, 2, 3, 4])
+    assert (kwargs["credits"], kwargs["seeds"], len(kwargs["envs"])) == (["a2c", "expected_hca"], [0, 1, 2, 3, 4], 7)
+    assert sweep_kwargs("atari")["seeds"] == [0, 1, 2]
+    for argv, message in ((["atari", "--credits", "a2c,bogus"], "unknown credit mode(s) ['bogus']"),
+                          (["atari", "--seeds", "0,x"], "--seeds expects comma-separated integers")):
+        with pytest.raises(SystemExit) as exit:
+            main(argv)
+        assert exit.value.code == 2
+
+
 def test_a_grid_over_the_classifier_coefficient_refuses_a2c():
     """A grid key replaces the per-credit coefficient, so a2c trials would train a
     classifier: refused in one line; without a2c, every trial gets its grid value."""

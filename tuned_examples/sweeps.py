@@ -10,7 +10,8 @@ SB3-zoo A2C settings (16 envs per EnvRunner, 5-step rollouts, entropy 0.01, valu
 {a2c, hca, c2a2c, expected_hca} x 5 seeds, 2M steps. Both run `hca_rllib.sweep.run_sweep` (resources
 sized to the cluster, retries from checkpoints, the report at the end); on a cluster,
 submit this script with `ray job submit --working-dir . -- python tuned_examples/sweeps.py atari
---num-env-runners 4 --cpus-per-env-runner 1` (see cluster/README.md).
+--num-env-runners 4 --cpus-per-env-runner 1` (see cluster/README.md). `--credits a2c,expected_hca
+--seeds 0,1,2,3,4` picks the methods and seeds.
 """
 
 import argparse
@@ -62,14 +63,15 @@ SWEEPS = {
 }
 
 
-def sweep_kwargs(which: str, num_env_runners: int = 0, stop_timesteps=None) -> dict:
-    """The arguments of `run_sweep` for sweep `which` (train batch = runners x envs x rollout)."""
+def sweep_kwargs(which: str, num_env_runners: int = 0, stop_timesteps=None, credits=None, seeds=None) -> dict:
+    """The arguments of `run_sweep` for sweep `which` (train batch = runners x envs x rollout);
+    `credits` and `seeds` replace the sweep's own lists."""
     spec = SWEEPS[which]
     overrides = dict(spec["overrides"])
     overrides["rollout_fragment_length"] = spec["rollout"]
     overrides["train_batch_size_per_learner"] = max(num_env_runners, 1) * spec["num_envs_per_env_runner"] * spec["rollout"]
     return {
-        "envs": spec["envs"], "credits": CREDITS, "seeds": spec["seeds"],
+        "envs": spec["envs"], "credits": list(credits or CREDITS), "seeds": list(spec["seeds"] if seeds is None else seeds),
         "stop_timesteps": stop_timesteps or spec["stop_timesteps"], "overrides": overrides,
         "num_env_runners": num_env_runners, "num_envs_per_env_runner": spec["num_envs_per_env_runner"],
         "metric": spec["metric"], "name": f"{which}-credit",
@@ -88,12 +90,22 @@ def main(argv=None):
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--wandb", default="auto", choices=["auto", "online", "offline", "off"])
     parser.add_argument("--address", default=None)
+    parser.add_argument("--credits", default=None, help=f"comma-separated credit modes (default {','.join(CREDITS)})")
+    parser.add_argument("--seeds", default=None, help="comma-separated seeds (default: the sweep's own)")
     args = parser.parse_args(argv)
+    credits = args.credits.split(",") if args.credits else None
+    bad = [c for c in credits or [] if c not in CREDIT_MODES]
+    if bad:
+        parser.error(f"unknown credit mode(s) {bad}; choose from {list(CREDIT_MODES)}")
+    try:
+        seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else None
+    except ValueError:
+        parser.error(f"--seeds expects comma-separated integers, got {args.seeds!r}")
 
     from hca_rllib.sweep import run_sweep
 
     results, page = run_sweep(
-        **sweep_kwargs(args.which, args.num_env_runners, args.stop_timesteps),
+        **sweep_kwargs(args.which, args.num_env_runners, args.stop_timesteps, credits, seeds),
         storage_path=args.output, cpus_per_env_runner=args.cpus_per_env_runner,
         scheduler=args.scheduler, max_failures=args.max_failures, wandb=args.wandb,
         address=args.address, resume=args.resume,
