@@ -13,8 +13,10 @@ vector step (benchmarks/results/throughput_fast/summary.md).
   `_forward`'s logits with the same functional ops, or None for any other module (a
   subclass that overrides `_forward` or `Torso.forward`, layer norms, other
   activations): the runner then calls the module's own `_forward_exploration`.
-  Parameters are read by reference, so weight syncs (in-place `load_state_dict`) are
-  seen; the runner rebuilds the plan at every `sample()` anyway.
+  Parameters are read from the layers at every call, so weight syncs (in-place
+  `load_state_dict`, or `assign=True`) are seen; the runner caches the plan per module
+  object and batch shape (`LeanEnvRunner._policy_plan`), so a module whose layers are
+  replaced in place (`module.pi = nn.Linear(...)`) needs a new module object.
 * Convolution backend, per layer, by measurement: oneDNN (what `nn.Conv2d` runs on
   CPU) or torch's native im2col + GEMM kernel (`thnn_conv2d`) on a contiguous NCHW
   input. At MinAtar's Conv2d(4, 16, 3) on batch 8 the native kernel took less than half
@@ -93,8 +95,8 @@ class ConvBackends:
                         for _ in range(CALIBRATION_CALLS):
                             fn()
                         times[name].append(time.perf_counter() - t)
-        except RuntimeError:
-            return "onednn"
+        except Exception:  # noqa: BLE001 - a private op: any failure (e.g. another
+            return "onednn"  # signature, a TypeError) keeps the layer on oneDNN
         med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
         return "native" if med["native"] < NATIVE_CONV_MARGIN * med["onednn"] else "onednn"
 

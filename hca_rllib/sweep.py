@@ -135,10 +135,18 @@ def checkpoints_to_prune(names: List[str], keep: int, protected: Optional[set]) 
     return names[:max(cut, 0)]
 
 
+def _checkpoint_key(path: str) -> str:
+    """A checkpoint's trial directory and name ("<trial dir>/checkpoint_000003"): one
+    name per checkpoint of the experiment (a bare name repeats in every trial), the same
+    on storage, in the driver's staging copy and after the experiment directory moved."""
+    return "/".join(Path(path).parts[-2:])
+
+
 def _named_checkpoints(filesystem, directory: str, cache: dict) -> Optional[Dict[str, Optional[str]]]:
-    """Trial id -> the name of the checkpoint the newest experiment-state file in
-    `directory` resumes it from (None: from scratch). {} if there is no such file; None if
-    it cannot be read (being written, a storage error). Parsed once per file version."""
+    """Trial id -> the `_checkpoint_key` of the checkpoint the newest experiment-state
+    file in `directory` resumes it from (None: from scratch; after a PBT exploit, one in
+    another trial's directory). {} if there is no such file; None if it cannot be read
+    (being written, a storage error). Parsed once per file version."""
     import pyarrow.fs
     from ray.tune.execution.experiment_state import _find_newest_experiment_checkpoint
     from ray.tune.utils.serialization import _loads_with_cloudpickle
@@ -159,7 +167,7 @@ def _named_checkpoints(filesystem, directory: str, cache: dict) -> Optional[Dict
                 manager = _loads_with_cloudpickle(metadata_json).get("checkpoint_manager")
                 latest = manager.latest_checkpoint_result if manager is not None else None
                 named[json.loads(trial_json)["trial_id"]] = (
-                    Path(latest.checkpoint.path).name if latest is not None else None)
+                    _checkpoint_key(latest.checkpoint.path) if latest is not None else None)
             cache.clear()
             cache[key] = named
         return cache[key]
@@ -167,10 +175,11 @@ def _named_checkpoints(filesystem, directory: str, cache: dict) -> Optional[Dict
         return None
 
 
-def make_checkpoint_pruner(keep: int = KEEP_CHECKPOINTS):
+def make_checkpoint_pruner(keep: int = KEEP_CHECKPOINTS, scheduler=None):
     """A Tune callback that keeps each trial's newest `keep` checkpoints, as
     `CheckpointConfig(num_to_keep=keep)` would, but never deletes one that the experiment
-    state on storage (or the one being synced to it) still names.
+    state on storage (or the one being synced to it) still names, nor one that any trial
+    will restore from or PBT (`scheduler`) may still clone.
 
     Why: Tune saves the experiment state (which checkpoint each trial resumes from) every
     10 s or so and syncs it in the background, while its own `num_to_keep` deletes old
@@ -180,29 +189,51 @@ def make_checkpoint_pruner(keep: int = KEEP_CHECKPOINTS):
     this callback prunes: when a trial checkpoints, and once more at the end (after Tune's
     final state save) for the trials this driver ran. It drops the pruned entries from Tune's list of the trial's
     checkpoints too (Tune 2.60's `_CheckpointManager._checkpoint_results`), so the
-    experiment state does not grow with every checkpoint."""
+    experiment state does not grow with every checkpoint.
+
+    Other trials' claims on a trial's checkpoints (PBT): its exploit points the cloning
+    trial's `latest_checkpoint_result` at a checkpoint of the trial it clones (restored
+    when that trial starts again, or from the saved state after a kill: a state file's
+    entry protects that checkpoint and all newer, as the trial's own entry does; the
+    in-memory one only that checkpoint), and it clones `_trial_state[trial].last_checkpoint`,
+    saved at the trial's last perturbation, possibly many checkpoints ago (kept while PBT
+    holds it). Checkpoints are told apart by trial directory and name (`_checkpoint_key`)."""
     from ray.tune import Callback
 
     class CheckpointPruner(Callback):
         def __init__(self):
             self.keep = keep
+            self.scheduler = scheduler
             self._stored, self._staged = {}, {}  # parse caches
             self._ran = set()  # trial ids this driver saw checkpoint: the only ones it prunes
 
-        def _protected(self, trial) -> Optional[set]:
+        def _states(self, trial):
+            """(stored, staged) `_named_checkpoints`, either None when unreadable."""
             import pyarrow.fs
 
             storage = trial.storage
-            stored = _named_checkpoints(storage.storage_filesystem, storage.experiment_fs_path, self._stored)
-            staged = _named_checkpoints(pyarrow.fs.LocalFileSystem(), storage.experiment_driver_staging_path,
-                                        self._staged)
-            if stored is None or staged is None:
-                return None
-            return {x for x in (stored.get(trial.trial_id), staged.get(trial.trial_id)) if x}
+            return (_named_checkpoints(storage.storage_filesystem, storage.experiment_fs_path, self._stored),
+                    _named_checkpoints(pyarrow.fs.LocalFileSystem(), storage.experiment_driver_staging_path,
+                                       self._staged))
 
-        def prune(self, trial, new=None) -> List[str]:
+        def _claimed(self, trials) -> set:
+            """The keys of the checkpoints a trial will restore from (its latest) or PBT
+            may still clone; exact claims (in memory: no save of them in flight)."""
+            claimed = set()
+            for other in trials:
+                manager = getattr(getattr(other, "run_metadata", None), "checkpoint_manager", None)
+                latest = manager.latest_checkpoint_result if manager is not None else None
+                if latest is not None:
+                    claimed.add(_checkpoint_key(latest.checkpoint.path))
+            for state in (getattr(self.scheduler, "_trial_state", None) or {}).values():
+                path = getattr(getattr(state, "last_checkpoint", None), "path", None)
+                if isinstance(path, str):  # a Checkpoint (a save in flight becomes the newest)
+                    claimed.add(_checkpoint_key(path))
+            return claimed
+
+        def prune(self, trial, new=None, trials=None) -> List[str]:
             """Prune `trial` (with `new`, the checkpoint being registered, counted as its
-            newest); returns the names deleted."""
+            newest; `trials`: all of the experiment's); returns the names deleted."""
             from ray.train._internal.storage import _delete_fs_path
 
             manager = trial.run_metadata.checkpoint_manager
@@ -211,27 +242,38 @@ def make_checkpoint_pruner(keep: int = KEEP_CHECKPOINTS):
             if manager.checkpoint_config.checkpoint_score_attribute is not None:
                 return []  # ordered by score, not time: not this rule
             results = list(manager._checkpoint_results)
-            names = [Path(r.checkpoint.path).name for r in results]
+            keys = [_checkpoint_key(r.checkpoint.path) for r in results]
             if new is not None:
-                names.append(Path(new.path).name)
-            protected = self._protected(trial)
+                keys.append(_checkpoint_key(new.path))
+            stored, staged = self._states(trial)
+            if stored is None or staged is None:
+                return []
+            protected = {x for x in (stored.get(trial.trial_id), staged.get(trial.trial_id)) if x}
             latest = manager.latest_checkpoint_result
-            if protected is not None and latest is not None:
-                protected.add(Path(latest.checkpoint.path).name)
-            doomed = set(checkpoints_to_prune(names, self.keep, protected))
+            if latest is not None:
+                protected.add(_checkpoint_key(latest.checkpoint.path))
+            # Other trials' entries in those files that name this trial's checkpoints
+            # (PBT clones): kept with all newer, as this trial's own (a state between
+            # the two may be being synced).
+            protected |= {x for named in (stored, staged) for x in named.values() if x in keys}
+            doomed = set(checkpoints_to_prune(keys, self.keep, protected))
+            doomed -= self._claimed(list(trials or []) + [trial])
             if not doomed:
                 return []
-            manager._checkpoint_results = [r for r in results if Path(r.checkpoint.path).name not in doomed]
+            manager._checkpoint_results = [r for r in results if _checkpoint_key(r.checkpoint.path) not in doomed]
             trial.run_metadata.invalidate_cache()
             for r in results:
-                if Path(r.checkpoint.path).name in doomed:
-                    _delete_fs_path(fs=r.checkpoint.filesystem, fs_path=r.checkpoint.path)
-            return sorted(doomed)
+                if _checkpoint_key(r.checkpoint.path) in doomed:
+                    try:
+                        _delete_fs_path(fs=r.checkpoint.filesystem, fs_path=r.checkpoint.path)
+                    except FileNotFoundError:
+                        pass  # gone already (an end-of-experiment prune after the state save)
+            return sorted(Path(key).name for key in doomed)
 
         def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
             self._ran.add(trial.trial_id)
             try:  # Tune skips registering a checkpoint whose callback raised
-                self.prune(trial, checkpoint)
+                self.prune(trial, checkpoint, trials)
             except Exception as error:  # noqa: BLE001 - a missed prune costs only disk
                 print(f"hca-rllib sweep: could not prune checkpoints of {trial}: {error!r}", file=sys.stderr)
 
@@ -240,7 +282,7 @@ def make_checkpoint_pruner(keep: int = KEEP_CHECKPOINTS):
                 if trial.trial_id not in self._ran:  # finished before a restore: left as it was
                     continue
                 try:
-                    self.prune(trial)
+                    self.prune(trial, trials=trials)
                 except Exception as error:  # noqa: BLE001
                     print(f"hca-rllib sweep: could not prune checkpoints of {trial}: {error!r}", file=sys.stderr)
 
@@ -415,7 +457,7 @@ def run_sweep(
 
     chosen = make_scheduler(scheduler, stop_timesteps)
 
-    callbacks = [make_run_files_callback(stop_timesteps), make_checkpoint_pruner()]
+    callbacks = [make_run_files_callback(stop_timesteps), make_checkpoint_pruner(scheduler=chosen)]
     mode = wandb_mode(wandb)
     if mode is not None:
         callbacks.append(wandb_logger_callback(project=wandb_project, group=name, mode=mode))

@@ -81,6 +81,16 @@ def test_conv_kernel_needs_agreement(monkeypatch):
     assert ConvBackends().choose(0, layer, x) == "onednn"
 
 
+def test_a_native_kernel_that_fails_in_any_way_means_onednn(monkeypatch):
+    """`thnn_conv2d` is private: a torch whose op takes other arguments raises TypeError
+    (not RuntimeError); the layer keeps oneDNN instead of the sampler failing."""
+    def changed_signature(layer, x):
+        raise TypeError("thnn_conv2d() missing 1 required positional argument")
+
+    monkeypatch.setattr(fast_policy, "_native_conv", changed_signature)
+    assert ConvBackends().choose(0, nn.Conv2d(4, 16, 3), torch.rand(8, 4, 10, 10)) == "onednn"
+
+
 def test_conv_kernel_is_timed_once_per_layer_and_shape(monkeypatch):
     calls = []
     monkeypatch.setattr(ConvBackends, "_measure",

@@ -119,7 +119,8 @@ def test_with_states_that_name_the_newest_it_prunes_as_tune_would(trial):
 
 
 def test_no_state_yet_and_a_trial_the_state_does_not_resume(trial):
-    _write_state(trial.experiment, "other", trial.paths[:3])  # another trial's checkpoint only
+    # another trial's checkpoint only (in its own directory)
+    _write_state(trial.experiment, "other", [trial.experiment / "trial_1" / name for name in NAMES[:3]])
     make_checkpoint_pruner(2).on_checkpoint(iteration=1, trials=[trial], trial=trial, checkpoint=trial.new)
     assert _on_disk(trial) == NAMES[5:]
 
@@ -159,3 +160,67 @@ def test_a_failing_prune_never_stops_tune_registering(trial, capsys):
     make_checkpoint_pruner(2).on_checkpoint(iteration=1, trials=[trial], trial=trial, checkpoint=trial.new)
     assert "could not prune checkpoints" in capsys.readouterr().err
     assert _on_disk(trial) == NAMES
+
+
+# --- checkpoints other trials (PBT) or an earlier prune left in Tune's state --------------
+
+def _lower_trial(trial, exploited_path):
+    """A second trial that PBT's exploit pointed at `trial`'s checkpoint (Tune 2.60's
+    `PopulationBasedTraining._exploit` sets `_latest_checkpoint_result` to the cloned
+    trial's checkpoint; the restore runs when the trial starts again)."""
+    from ray.train._internal.session import _TrainingResult
+    from ray.tune import Checkpoint
+    from ray.tune.trainable.metadata import _TrainingRunMetadata
+
+    metadata = _TrainingRunMetadata()
+    metadata.checkpoint_manager = _manager([])
+    metadata.checkpoint_manager._latest_checkpoint_result = _TrainingResult(
+        checkpoint=Checkpoint.from_directory(str(exploited_path)), metrics={})
+    return SimpleNamespace(trial_id="t1", run_metadata=metadata, storage=trial.storage)
+
+
+def test_a_checkpoint_another_trial_will_restore_from_is_kept(trial):
+    _write_state(trial.experiment, "t0", trial.paths[:6])
+    lower = _lower_trial(trial, trial.paths[2])
+    make_checkpoint_pruner(2).on_checkpoint(iteration=1, trials=[trial, lower], trial=trial, checkpoint=trial.new)
+    assert _on_disk(trial) == [NAMES[2], NAMES[5], NAMES[6]]
+    assert _tracked(trial) == [NAMES[2], NAMES[5]]
+
+
+def test_a_checkpoint_the_saved_state_resumes_another_trial_from_is_kept(trial):
+    # The saved experiment state resumes t1 (exploited by PBT) from t0's checkpoint 3:
+    # `--resume` after a kill restores t1 from it.
+    _write_state(trial.experiment, "t0", trial.paths[:6])
+    state = json.loads((trial.experiment / "experiment_state-2026-12-02_00-00-00.json").read_text())
+    _write_state(trial.staging, "t1", trial.paths[:4])
+    state["trial_data"] += json.loads((trial.staging / "experiment_state-2026-12-02_00-00-00.json").read_text())["trial_data"]
+    (trial.experiment / "experiment_state-2026-12-02_00-00-00.json").write_text(json.dumps(state))
+    (trial.staging / "experiment_state-2026-12-02_00-00-00.json").unlink()
+    make_checkpoint_pruner(2).on_checkpoint(iteration=1, trials=[trial], trial=trial, checkpoint=trial.new)
+    assert _on_disk(trial) == NAMES[3:]  # and all newer, as for the trial's own entry
+
+
+def test_a_checkpoint_pbt_may_still_clone_is_kept(trial):
+    # PBT clones `_trial_state[upper].last_checkpoint`, saved at the upper trial's last
+    # perturbation, possibly many checkpoints ago.
+    from ray.tune import Checkpoint
+
+    _write_state(trial.experiment, "t0", trial.paths[:6])
+    scheduler = SimpleNamespace(_trial_state={"trial t0": SimpleNamespace(
+        last_checkpoint=Checkpoint.from_directory(str(trial.paths[1])))})
+    make_checkpoint_pruner(2, scheduler=scheduler).on_checkpoint(
+        iteration=1, trials=[trial], trial=trial, checkpoint=trial.new)
+    assert _on_disk(trial) == [NAMES[1], NAMES[5], NAMES[6]]
+
+
+def test_a_tracked_checkpoint_already_gone_does_not_orphan_the_others(trial, capsys):
+    # The end-of-experiment prune runs after Tune's final state save, so a restored
+    # trial's bookkeeping can list a checkpoint that is gone already.
+    import shutil
+
+    shutil.rmtree(trial.paths[0])
+    _write_state(trial.experiment, "t0", trial.paths[:6])
+    make_checkpoint_pruner(2).on_checkpoint(iteration=1, trials=[trial], trial=trial, checkpoint=trial.new)
+    assert _on_disk(trial) == NAMES[5:]
+    assert _tracked(trial) == NAMES[5:6]
+    assert "could not prune" not in capsys.readouterr().err
