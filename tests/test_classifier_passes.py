@@ -79,7 +79,8 @@ def _config(option):
     return config.training(hindsight={"hiddens": [16, 16], **hindsight})
 
 
-@pytest.mark.parametrize("path", ["lean", "rllib"])
+# RLlib's learner path in the slow tier (the full suite); the default lean path in both.
+@pytest.mark.parametrize("path", ["lean", pytest.param("rllib", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("option", list(OPTIONS))
 def test_extra_passes_give_the_reference_weights_bitwise(option, path, monkeypatch):
     config = _config(option)

@@ -607,11 +607,11 @@ def _direct_and_stock(env, num_envs, fragment, env_config=None):
     return direct, stock
 
 
-DIRECT_ENVS = [
+DIRECT_ENVS = [  # the fast tier runs the first and the typed-info env; the full suite all
     ("minatar/Breakout", 4, 24, None),
-    ("minatar/Breakout", 3, 16, {"max_episode_steps": 11}),  # truncations
-    ("CartPole-v1", 4, 16, None),
-    (SHORT_CARTPOLE_ID, 3, 10, None),  # TimeLimit truncations
+    pytest.param("minatar/Breakout", 3, 16, {"max_episode_steps": 11}, marks=pytest.mark.slow),  # truncations
+    pytest.param("CartPole-v1", 4, 16, None, marks=pytest.mark.slow),
+    pytest.param(SHORT_CARTPOLE_ID, 3, 10, None, marks=pytest.mark.slow),  # TimeLimit truncations
     (INFO_ENV_ID, 5, 7, None),
 ]
 
