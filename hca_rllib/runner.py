@@ -383,13 +383,29 @@ def save_checkpoint(algo, run_dir: Path, iteration: int, env_steps: int, keep: i
         if isinstance(error, Exception) and _os_error(error) is not None:
             raise disk_error("checkpoint write", final, error) from None
         raise
-    for old in _checkpoints_oldest_first(root)[:-keep] if keep > 0 else []:
+    for old in _checkpoints_to_prune(root, final, iteration, keep):
         try:
             _remove(old)
         except OSError as error:
             if warn is not None:
                 warn(f"could not remove old checkpoint {str(old)!r}: {error}")
     return final
+
+
+def _checkpoints_to_prune(root: Path, final: Path, iteration: int, keep: int) -> List[Path]:
+    """What a save of `final` (at `iteration`) removes: the checkpoints of iterations past
+    it (a resume went back past them because they were damaged: newest_valid_checkpoint
+    takes the newest valid one, so any newer one is), and all but the newest `keep - 1`
+    older ones. Never `final` itself, which a plain "all but the newest `keep`" did delete
+    (with `keep=1` and a damaged newer checkpoint, it kept only the damaged one).
+    `keep <= 0`: none."""
+    if keep <= 0:
+        return []
+    number = lambda path: int(path.name[len("iter_"):]) if path.name[len("iter_"):].isdigit() else -1  # noqa: E731
+    others = [path for path in _checkpoints_oldest_first(root) if path != final]
+    newer = [path for path in others if number(path) > iteration]
+    older = [path for path in others if number(path) <= iteration]
+    return newer + older[:max(len(older) - (keep - 1), 0)]
 
 
 def _rename_into_place(tmp: Path, final: Path) -> None:

@@ -211,6 +211,23 @@ def test_checkpoints_are_atomic_verified_and_pruned(small_algo, tmp_path):
     assert any("iter_000006" in w and "not a complete checkpoint" in w for w in warnings)
 
 
+@pytest.mark.parametrize("keep", [1, 2])
+def test_a_save_after_resuming_past_a_damaged_checkpoint_keeps_itself(small_algo, tmp_path, keep):
+    """Resumed from iteration 4 because iteration 8 is damaged: the next save (6) is kept,
+    and the damaged newer one goes (it would stay the newest and shadow the new ones).
+    Before, "all but the newest `keep`" by iteration deleted the new save with keep=1."""
+    for iteration in (2, 4, 8):
+        save_checkpoint(small_algo, tmp_path, iteration, iteration * 64, keep=3)
+    next((tmp_path / "checkpoints" / "iter_000008").rglob("state.pkl")).unlink()
+    warnings = []
+    assert newest_valid_checkpoint(tmp_path, warnings.append).name == "iter_000004"
+    save_checkpoint(small_algo, tmp_path, 6, 6 * 64, keep=keep)
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert names == (["iter_000006"] if keep == 1 else ["iter_000004", "iter_000006"])
+    assert newest_valid_checkpoint(tmp_path, warnings.append).name == "iter_000006"
+    verify_checkpoint(tmp_path / "checkpoints" / "iter_000006", require_meta=True)
+
+
 def test_rng_state_round_trips(small_algo, tmp_path):
     import random
 
