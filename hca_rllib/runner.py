@@ -401,10 +401,9 @@ def _checkpoints_to_prune(root: Path, final: Path, iteration: int, keep: int) ->
     `keep <= 0`: none."""
     if keep <= 0:
         return []
-    number = lambda path: int(path.name[len("iter_"):]) if path.name[len("iter_"):].isdigit() else -1  # noqa: E731
     others = [path for path in _checkpoints_oldest_first(root) if path != final]
-    newer = [path for path in others if number(path) > iteration]
-    older = [path for path in others if number(path) <= iteration]
+    newer = [path for path in others if _checkpoint_iteration(path) > iteration]
+    older = [path for path in others if _checkpoint_iteration(path) <= iteration]
     return newer + older[:max(len(older) - (keep - 1), 0)]
 
 
@@ -549,14 +548,16 @@ def _checkpoint_version(path: Path) -> Optional[str]:
         return None
 
 
+def _checkpoint_iteration(path: Path) -> int:
+    """The iteration an `iter_*` directory's name gives (-1: a name without a number)."""
+    digits = path.name[len("iter_"):]
+    return int(digits) if digits.isdigit() else -1
+
+
 def _checkpoints_oldest_first(root: Path) -> List[Path]:
     """The `iter_*` directories of `root` by iteration (by number: `iter_1000000` has
     seven digits and comes after `iter_999999`); a name without a number first."""
-    def iteration(path: Path) -> Tuple[int, str]:
-        digits = path.name[len("iter_"):]
-        return (int(digits), path.name) if digits.isdigit() else (-1, path.name)
-
-    return sorted(Path(root).glob("iter_*"), key=iteration)
+    return sorted(Path(root).glob("iter_*"), key=lambda path: (_checkpoint_iteration(path), path.name))
 
 
 def checkpoints_newest_first(run_dir: Path) -> List[Path]:
