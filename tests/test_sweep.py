@@ -2,6 +2,7 @@
 fails and resumes from its checkpoint, and the resource arithmetic."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -340,15 +341,21 @@ def test_killed_sweep_resumes_to_the_uninterrupted_grid(tmp_path):
     command = [sys.executable, "-m", "hca_rllib", "sweep", *RESUME_GRID]
     experiment = tmp_path / "sweeps" / "grid"
     log = open(tmp_path / "first.log", "w")
-    driver = subprocess.Popen(command, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    # Tune saves its experiment state every 10 s by default ("auto"). A trial here runs its
+    # 48 iterations in about 8 s on a fast machine, so a finished trial beside one mid-run
+    # could be missed entirely between two saves (it was, in CI). Saving every second keeps
+    # the moment visible at any machine speed; the state still lags the trials (several
+    # checkpoints a second), which is what the pruning check below needs.
+    env = {**os.environ, "TUNE_GLOBAL_CHECKPOINT_S": "1"}
+    driver = subprocess.Popen(command, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT,
+                              start_new_session=True, env=env)
     deadline, state = time.time() + 900, {}
     try:
         while time.time() < deadline and driver.poll() is None:
-            time.sleep(1.0)
+            time.sleep(0.25)
             state = _snapshot(experiment)
             done = [t for t, (status, _) in state.items() if status == "TERMINATED"]
-            # Mid-run with room to spare: Tune saves its state at most every 10 s, so a
-            # trial near its end (48 iterations) may finish before the kill lands.
+            # Mid-run with room to spare, so the trial is still running when the kill lands.
             mid = [t for t, (status, it) in state.items() if status == "RUNNING" and 2 <= it <= RESUME_ITERATIONS - 16]
             if done and mid:
                 break
