@@ -35,6 +35,12 @@ Run (from the repository root):
     .venv/bin/python benchmarks/atari_long.py --cells pong_a2c_seed0 --target-steps 3000000
     .venv/bin/python benchmarks/atari_long.py --report-only
     .venv/bin/python benchmarks/atari_long.py --quick   # start, checkpoint, kill -9, resume, report
+
+Two drivers, one per core, each with its own cells (a cell is locked by the driver that
+trains it; a second driver asking for it exits with an error naming it):
+
+    .venv/bin/python benchmarks/atari_long.py --cells pong_a2c_seed0 pong_expected_hca_seed0 --core 1
+    .venv/bin/python benchmarks/atari_long.py --cells breakout_a2c_seed0 breakout_expected_hca_seed0 --core 0
 """
 
 from __future__ import annotations
@@ -296,7 +302,30 @@ def run_cell(name: str, args, stopper: Stopper, setup: Dict[str, Any], stop_at: 
     return reason
 
 
+def lock_cells(runs: Path, cells: Sequence[str]) -> List[Any]:
+    """An exclusive lock (`fcntl.flock`) per cell, held while this process lives, so that
+    two drivers (say one per core, `--core`) never train the same cell's run directory.
+    A cell another driver holds: exit with a one-line error naming it."""
+    import fcntl
+
+    runs.mkdir(parents=True, exist_ok=True)
+    held = []
+    for name in cells:
+        handle = open(runs / f"{name}.lock", "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            for other in held:
+                other.close()
+            sys.exit(f"atari_long: cell {name} is being trained by another driver "
+                     f"({runs / (name + '.lock')}); give each driver its own --cells")
+        held.append(handle)
+    return held
+
+
 def drive(args) -> int:
+    locks = lock_cells(args.runs, args.cells)  # noqa: F841 (held until the process exits)
     setup = lower_priority(args.nice, args.core)
     print(f"priority: nice {setup['nice']}, core {setup['core']}; results {args.out}, runs {args.runs}",
           flush=True)

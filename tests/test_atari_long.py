@@ -72,7 +72,29 @@ def test_driver_does_not_start_while_tests_run(fake_suite, tmp_path):
                    "--on-tests", "stop", "--guard-names", name, timeout=120)
     assert proc.returncode == atari_long.EXIT_TESTS, proc.stdout + proc.stderr
     assert "not starting: the test suite is running" in proc.stdout
-    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+    # Nothing trained: no run directory (the cell's lock file only).
+    assert not (tmp_path / "runs").exists() or not [p for p in (tmp_path / "runs").iterdir() if p.suffix != ".lock"]
+
+
+def test_a_cell_another_driver_holds_is_refused(tmp_path):
+    """Two drivers never train one cell: a cell locked by another process (here this test)
+    makes the driver exit at once with a one-line error naming the cell, before Ray."""
+    import fcntl
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    with open(runs / "breakout_a2c_seed0.lock", "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        proc = _driver("--cells", "pong_a2c_seed0", "breakout_a2c_seed0", "--out", tmp_path / "out",
+                       "--runs", runs, "--guard-names", _fake_name(), timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("atari_long: cell breakout_a2c_seed0 is being trained by another driver"), last
+    assert "Traceback" not in proc.stderr and not (runs / "pong_a2c_seed0").exists()
+    # Released with its holder: the lock is free again (the driver's own lock on pong too).
+    for name in ("pong_a2c_seed0", "breakout_a2c_seed0"):
+        with open(runs / f"{name}.lock", "a+") as again:
+            fcntl.flock(again, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
 
 @pytest.fixture(scope="module")
