@@ -35,3 +35,10 @@ test-fast: $(BIN)/.installed
 
 test-slow: $(BIN)/.installed
 	$(BIN)/python -m pytest -q $(PARALLEL) -m "$(SLOW_TIERS)"
+
+# The whole suite with RLlib's own sampler and learner path as the defaults
+# (HCA_RLLIB_PATHS=rllib: every config not naming a path takes RLlib's runner and
+# learner connectors). Not part of `make test`; `make test-rllib-paths TIER=fast` for the
+# fast tier only.
+test-rllib-paths: $(BIN)/.installed
+	HCA_RLLIB_PATHS=rllib $(BIN)/python -m pytest -q $(PARALLEL) $(if $(filter fast,$(TIER)),-m "not ($(SLOW_TIERS))",)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import math
 import numbers
+import os
 import time
 from typing import Any, Dict, Optional
 
@@ -174,6 +175,22 @@ def _is_rllib_value(old: str, value: Any) -> bool:
     return old in _RLLIB_FIELDS and value is None
 
 
+# Which paths a new config takes by default: the lean ones, or RLlib's own with
+# HCA_RLLIB_PATHS=rllib (the whole test suite runs on either: `make test-rllib-paths`).
+PATHS_ENV = "HCA_RLLIB_PATHS"
+
+
+def default_paths() -> tuple:
+    """(sampler, learner_path) a new `HCAConfig` starts with: ("lean", "lean"), or
+    ("rllib", "rllib") when the environment variable HCA_RLLIB_PATHS is "rllib"."""
+    value = os.environ.get(PATHS_ENV, "lean")
+    if value == "lean":
+        return DEFAULT_SAMPLER, DEFAULT_LEARNER_PATH
+    if value == "rllib":
+        return "rllib", "rllib"
+    raise ValueError(f"{PATHS_ENV} must be 'lean' or 'rllib', got {value!r}")
+
+
 class HCAConfig(AlgorithmConfig):
     """Hindsight credit assignment on RLlib's new API stack.
 
@@ -208,7 +225,8 @@ class HCAConfig(AlgorithmConfig):
         # The EnvRunner's timestep loop: "lean" (`hca_rllib.env_runner.LeanEnvRunner`,
         # installed through RLlib's `env_runner_cls` hook) or "rllib" (RLlib's
         # SingleAgentEnvRunner with its connector pipelines); docs/method.md, "Sampling".
-        self.sampler = DEFAULT_SAMPLER
+        # HCA_RLLIB_PATHS=rllib starts both `sampler` and `learner_path` at "rllib".
+        self.sampler, self.learner_path = default_paths()
         # sampler="lean" only: the envs as two groups, the policy's forward pass on one
         # group's observations while the other group's envs step (ale-py's C++ threads;
         # a worker thread for Python envs). The same batch; docs/method.md, "Sampling".
@@ -217,8 +235,7 @@ class HCAConfig(AlgorithmConfig):
         # connector piece, no artificial bootstrap rows, the credit from the gradient
         # pass when the batch gets one gradient step) or "rllib" (RLlib's learner
         # connector pieces after AddOneTsToEpisodesAndTruncate, credit from a no-grad
-        # pass); docs/method.md, section 3.4.
-        self.learner_path = DEFAULT_LEARNER_PATH
+        # pass); docs/method.md, section 3.4. Set above, with `sampler`.
         # An iteration ends only once it has sampled: while every remote EnvRunner is
         # lost (its node gone, Ray restarting it elsewhere), RLlib's iteration loop keeps
         # restoring EnvRunners and retrying the step instead of returning one empty

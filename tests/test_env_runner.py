@@ -15,6 +15,7 @@ from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 
 from hca_rllib import A2CConfig, HCAConfig
+from hca_rllib.hca import default_paths
 from hca_rllib.env_runner import (DEFAULT_SAMPLER, LeanEnvRunner, PreviousChunks,
                                   StockStepLeanEnvRunner)
 from hca_rllib.module import HCATorchRLModule
@@ -275,7 +276,7 @@ def test_lean_refuses_per_step_callbacks_and_user_connectors():
 
 def test_sampler_installs_the_env_runner_class():
     config = A2CConfig().environment("CartPole-v1")
-    assert config.sampler == DEFAULT_SAMPLER
+    assert DEFAULT_SAMPLER == "lean" and config.sampler == default_paths()[0]  # HCA_RLLIB_PATHS
     config.env_runners(sampler="lean").validate()
     assert config.env_runner_cls is LeanEnvRunner
     config.env_runners(sampler="rllib").validate()
@@ -452,7 +453,7 @@ def test_overlap_runs_rllibs_loop_for_episodes_and_random_actions():
 @pytest.mark.parametrize("settings, message", [
     (dict(sampler="rllib", sampler_overlap=True),
      "sampler_overlap=True needs sampler='lean', got sampler='rllib'"),
-    (dict(sampler_overlap=True, num_envs_per_env_runner=1),
+    (dict(sampler="lean", sampler_overlap=True, num_envs_per_env_runner=1),
      "sampler_overlap=True needs num_envs_per_env_runner >= 2 (two groups of envs), got 1"),
     (dict(sampler_overlap="yes"), "sampler_overlap must be True or False, got 'yes'"),
 ])

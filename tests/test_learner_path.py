@@ -18,6 +18,7 @@ from ray.rllib.evaluation.postprocessing import Postprocessing
 
 from hca_rllib import A2CConfig, HCAConfig, credit
 from hca_rllib.connectors import BOOTSTRAP_VALUES, DEFAULT_LEARNER_PATH, LEARNER_PATHS
+from hca_rllib.hca import default_paths
 from hca_rllib.learner import all_finite
 from hca_rllib.module import CREDIT_WEIGHTS, RETURNS
 
@@ -286,15 +287,45 @@ def test_lean_layout_returns_match_the_padded_layout():
 
 
 def test_learner_path_is_validated_and_defaults_to_lean():
-    assert DEFAULT_LEARNER_PATH == "lean" and HCAConfig().learner_path == "lean"
+    assert DEFAULT_LEARNER_PATH == "lean" and HCAConfig().learner_path == default_paths()[1]
     assert LEARNER_PATHS == ("lean", "rllib")
     with pytest.raises(ValueError, match=r"learner_path must be one of \['lean', 'rllib'\], got 'fast'"):
         HCAConfig().environment("CartPole-v1").learners(learner_path="fast").validate()
     with pytest.raises(ValueError, match="learner_path='lean' runs no user learner connectors"):
-        HCAConfig().environment("CartPole-v1").learners(learner_connector=lambda *a, **k: []).validate()
+        HCAConfig().environment("CartPole-v1").learners(learner_path="lean",
+                                                         learner_connector=lambda *a, **k: []).validate()
     config = HCAConfig().environment("CartPole-v1").learners(learner_path="rllib",
                                                               learner_connector=lambda *a, **k: [])
     config.validate()  # RLlib's path takes them
+
+
+def test_hca_rllib_paths_switches_both_defaults(monkeypatch):
+    """HCA_RLLIB_PATHS (what `make test-rllib-paths` sets for the whole suite): unset or
+    "lean", the lean sampler and learner path; "rllib", RLlib's own runner and learner
+    connectors; anything else, a one-line error naming the variable. An explicit setting
+    always wins."""
+    from hca_rllib.env_runner import LeanEnvRunner
+
+    monkeypatch.delenv("HCA_RLLIB_PATHS", raising=False)
+    assert default_paths() == ("lean", "lean")
+    config = HCAConfig().environment("CartPole-v1")
+    assert (config.sampler, config.learner_path) == ("lean", "lean")
+    config.validate()
+    assert config.env_runner_cls is LeanEnvRunner and config.uses_lean_learner
+    monkeypatch.setenv("HCA_RLLIB_PATHS", "lean")
+    assert default_paths() == ("lean", "lean")
+    monkeypatch.setenv("HCA_RLLIB_PATHS", "rllib")
+    config = HCAConfig().environment("CartPole-v1")
+    assert (config.sampler, config.learner_path) == ("rllib", "rllib")
+    config.validate()
+    assert config.env_runner_cls is None and not config.uses_lean_learner
+    config = HCAConfig().environment("CartPole-v1").env_runners(sampler="lean").learners(learner_path="lean")
+    config.validate()
+    assert config.env_runner_cls is LeanEnvRunner and config.uses_lean_learner
+    monkeypatch.setenv("HCA_RLLIB_PATHS", "fast")
+    with pytest.raises(ValueError) as error:
+        HCAConfig()
+    assert str(error.value) == "HCA_RLLIB_PATHS must be 'lean' or 'rllib', got 'fast'"
 
 
 def test_all_finite_is_the_elementwise_check():
