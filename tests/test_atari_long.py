@@ -163,7 +163,7 @@ def test_driver_stops_cleanly_when_tests_start(tmp_path):
     assert record["env_steps"] == rows[-1]["env_steps"]
 
 
-def test_a_pause_continues_the_same_cell(monkeypatch):
+def test_a_pause_continues_the_same_cell(monkeypatch, tmp_path):
     """After a test-suite pause the paused cell's pass goes on (one restart), before the
     next cell's; a pass is never skipped. `run_cell` stubbed: the loop's order only."""
     from types import SimpleNamespace
@@ -178,7 +178,7 @@ def test_a_pause_continues_the_same_cell(monkeypatch):
         return "test suite running (fake)" if len(calls) == 1 else "done"
 
     monkeypatch.setattr(atari_long, "run_cell", run_cell)
-    args = SimpleNamespace(nice=19, core=0, out=Path("x"), runs=Path("y"), guard_names=["fake"],
+    args = SimpleNamespace(nice=19, core=0, out=tmp_path / "x", runs=tmp_path / "y", guard_names=["fake"],
                            cells=["a", "b"], pass_steps=10, target_steps=20, on_tests="pause")
     previous = {s: atari_long.signal.getsignal(s) for s in (atari_long.signal.SIGTERM, atari_long.signal.SIGINT)}
     try:
