@@ -287,6 +287,12 @@ def main(argv: List[str] | None = None) -> int:
     from hca_rllib.runner import EXIT_DISK, CheckpointError, DiskWriteError, ResultsError
 
     try:
+        from hca_rllib.hca import default_paths
+
+        try:  # HCA_RLLIB_PATHS: read by every config a command builds
+            default_paths()
+        except ValueError as error:
+            raise UsageError(str(error)) from None
         if args.command == "train":
             return train(args)
         if args.command == "evaluate":

@@ -312,6 +312,20 @@ def test_bad_paths_and_progress_are_one_line_errors(args, message, tmp_path, mon
     assert message.format(cwd=tmp_path) in stderr
 
 
+@pytest.mark.parametrize("command", [["train"], ["sweep", "--envs", "CartPole-v1"], ["probe", "--env", "CartPole-v1"]])
+def test_bad_hca_rllib_paths_is_a_one_line_error(command, tmp_path, monkeypatch, capsys):
+    """A bad HCA_RLLIB_PATHS (the default paths' switch) stops every command before it
+    builds a config or starts Ray: one line naming the variable, status 2."""
+    from hca_rllib.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HCA_RLLIB_PATHS", "fast")
+    assert main([*command, "--output", str(tmp_path / "x")]) == 2
+    stderr = capsys.readouterr().err
+    assert stderr.strip() == "hca-rllib: error: HCA_RLLIB_PATHS must be 'lean' or 'rllib', got 'fast'", stderr
+    assert not (tmp_path / "x").exists()
+
+
 @pytest.mark.parametrize("content, message", [
     ('{"args": {"algo": "HCA"', "is not valid JSON (Expecting ',' delimiter at line 1, column 24): "
                                 "repair it or start a new run"),
