@@ -53,6 +53,7 @@ def test_is_test_command():
     assert not atari_long.is_test_command([])
 
 
+@pytest.mark.slow  # a child process that imports the driver (about 7 s)
 def test_running_tests_finds_others_not_ancestors(fake_suite):
     name, proc = fake_suite
     found = atari_long.running_tests([name])
@@ -66,6 +67,7 @@ def test_running_tests_finds_others_not_ancestors(fake_suite):
     assert f"'{os.getpid()}'" not in child.stdout
 
 
+@pytest.mark.slow  # starts the driver in a subprocess (about 7 s)
 def test_driver_does_not_start_while_tests_run(fake_suite, tmp_path):
     name, _ = fake_suite
     proc = _driver("--cells", "pong_a2c_seed0", "--out", tmp_path / "out", "--runs", tmp_path / "runs",
@@ -77,24 +79,32 @@ def test_driver_does_not_start_while_tests_run(fake_suite, tmp_path):
 
 
 def test_a_cell_another_driver_holds_is_refused(tmp_path):
-    """Two drivers never train one cell: a cell locked by another process (here this test)
-    makes the driver exit at once with a one-line error naming the cell, before Ray."""
+    """Two drivers never train one cell: a cell whose lock another holder has (here an
+    open file of this test: `flock` locks belong to the open file, so they conflict in
+    one process too) stops the driver's start with a one-line error naming the cell,
+    and the locks it took on the way are let go."""
     import fcntl
 
     runs = tmp_path / "runs"
     runs.mkdir()
     with open(runs / "breakout_a2c_seed0.lock", "a+") as held:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        proc = _driver("--cells", "pong_a2c_seed0", "breakout_a2c_seed0", "--out", tmp_path / "out",
-                       "--runs", runs, "--guard-names", _fake_name(), timeout=120)
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("atari_long: cell breakout_a2c_seed0 is being trained by another driver"), last
-    assert "Traceback" not in proc.stderr and not (runs / "pong_a2c_seed0").exists()
-    # Released with its holder: the lock is free again (the driver's own lock on pong too).
-    for name in ("pong_a2c_seed0", "breakout_a2c_seed0"):
+        with pytest.raises(SystemExit) as stop:
+            atari_long.lock_cells(runs, ["pong_a2c_seed0", "breakout_a2c_seed0"])
+    message = str(stop.value.code)
+    assert "\n" not in message and message.startswith(
+        "atari_long: cell breakout_a2c_seed0 is being trained by another driver"), message
+    for name in ("pong_a2c_seed0", "breakout_a2c_seed0"):  # both free again
         with open(runs / f"{name}.lock", "a+") as again:
             fcntl.flock(again, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    # While a driver's locks are held, another start is refused; once let go, not.
+    locks = atari_long.lock_cells(runs, ["pong_a2c_seed0"])
+    with pytest.raises(SystemExit):
+        atari_long.lock_cells(runs, ["pong_a2c_seed0"])
+    for handle in locks:
+        handle.close()
+    for handle in atari_long.lock_cells(runs, ["pong_a2c_seed0"]):
+        handle.close()
 
 
 @pytest.fixture(scope="module")

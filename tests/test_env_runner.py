@@ -200,6 +200,7 @@ def test_sampled_action_frequencies_match_the_policy():
     _assert_action_frequencies(runner)
 
 
+@pytest.mark.slow  # 10 s of episodes growing in RLlib's runner
 def test_running_episode_memory_stays_bounded():
     """An episode that never ends, over 40 fragments: the lean runner keeps only the
     lookback steps of it between fragments (each chunk it returns holds the fragment plus

@@ -262,6 +262,7 @@ def test_hca_trains_on_pong(ray_local, mode):
         algo.stop()
 
 
+@pytest.mark.slow  # an Atari game played to its end (about 12 s)
 def test_logged_game_return_sums_all_lives_while_training_sees_lives(ray_local):
     config = (
         HCAConfig()

@@ -221,6 +221,7 @@ def test_fewer_than_two_seeds_collapse_to_the_point():
 # ------------------------------------------------------------------- in the report
 
 
+@pytest.mark.slow  # rliable's bootstrap and the plot (about 10 s)
 def test_report_draws_rliable_performance_profile(tmp_path):
     """`write_report` with two methods on one environment: the profile in report.json is
     `stats.performance_profile` of the final scores, drawn and tabulated; with one method
