@@ -168,7 +168,8 @@ def writing(what: str, path):
 
 def write_file(path: Path, data: bytes) -> None:
     """Write `data` to `path` atomically (a temporary beside it, synced, renamed over
-    it): a failed write leaves the old file as it was and no temporary behind."""
+    it, then the directory synced, so that the rename itself survives a power loss): a
+    failed write leaves the old file as it was and no temporary behind."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     try:
@@ -183,6 +184,12 @@ def write_file(path: Path, data: bytes) -> None:
         except OSError:
             pass
         raise
+    try:
+        _fsync_directory(path.parent)
+    except OSError:
+        # Some filesystems (network ones) refuse a directory fsync. The data itself was
+        # synced, and a lost rename leaves the old, whole file.
+        pass
 
 
 class ResultsFile:

@@ -349,3 +349,39 @@ def test_a_failing_stop_never_hides_the_runs_outcome(ray_local, tmp_path, monkey
     last = run_training(config, tmp_path / "b", 64, run_info={"env": "CartPole-v1"}, checkpoint_every=0,
                         wandb="off", tensorboard=False, progress=False, warn=warnings.append)
     assert last["env_steps"] >= 64 and len(warnings) == 2
+
+
+def test_write_file_syncs_the_file_then_the_directory_after_the_rename(tmp_path, monkeypatch):
+    """A rename is only durable once its directory is synced: `write_file` syncs the
+    temporary's data, renames it over the target, then syncs the directory (in that
+    order); a filesystem that refuses a directory fsync still gets the whole file."""
+    import os as os_module
+    import stat
+
+    from hca_rllib import runner
+
+    events = []
+    real_fsync, real_replace = os_module.fsync, os_module.replace
+
+    def fsync(fd):
+        events.append(("fsync", "dir" if stat.S_ISDIR(os_module.fstat(fd).st_mode) else "file"))
+        return real_fsync(fd)
+
+    def replace(src, dst):
+        events.append(("replace", os_module.path.basename(dst)))
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(runner.os, "fsync", fsync)
+    monkeypatch.setattr(runner.os, "replace", replace)
+    runner.write_file(tmp_path / "run.json", b"{}")
+    assert events == [("fsync", "file"), ("replace", "run.json"), ("fsync", "dir")]
+    assert (tmp_path / "run.json").read_bytes() == b"{}" and not list(tmp_path.glob(".*.tmp"))
+
+    def refusing(fd):
+        if stat.S_ISDIR(os_module.fstat(fd).st_mode):
+            raise OSError(22, "Invalid argument")
+        return real_fsync(fd)
+
+    monkeypatch.setattr(runner.os, "fsync", refusing)
+    runner.write_file(tmp_path / "run.json", b"[1]")
+    assert (tmp_path / "run.json").read_bytes() == b"[1]"
