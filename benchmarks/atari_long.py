@@ -254,6 +254,43 @@ def store_cell(out: Path, name: str, run_dir: Path, info: Dict[str, Any]) -> Dic
     return record
 
 
+def attempt_path(out: Path, name: str, attempt: int) -> Path:
+    return out / f"{name}.attempt{attempt}.json"
+
+
+def archive_attempt(out: Path, name: str, stored: Dict[str, Any], why: str) -> Dict[str, Any]:
+    """Keep the stored record of cell `name` as `<name>.attempt<N>.json` (N: its attempt,
+    1 for records made before attempts were counted) and return the start of attempt N + 1:
+    no sessions, and the earlier attempts listed (their steps, score and why they ended).
+    The archived file is written before `<name>.json` is replaced, so a kill in between
+    loses nothing."""
+    attempt = int(stored.get("attempt", 1))
+    target = attempt_path(out, name, attempt)
+    if target.exists():
+        sys.exit(f"atari_long: {target} exists already: move it away before archiving "
+                 f"attempt {attempt} of {name} again")
+    write_json(target, {**stored, "attempt": attempt, "attempt_ended": why})
+    earlier = list(stored.get("earlier_attempts", [])) + [{
+        "attempt": attempt, "record": target.name, "env_steps": stored.get("env_steps"),
+        "final_score": stored.get("final_score"), "ended": why,
+        "sessions": len(stored.get("sessions", []))}]
+    print(f"{name}: attempt {attempt} ({stored.get('env_steps', 0):,} agent steps) kept as "
+          f"{target.name}; attempt {attempt + 1} starts from 0 ({why})", flush=True)
+    return {"settings": stored.get("settings"), "attempt": attempt + 1, "earlier_attempts": earlier}
+
+
+def machine_identity() -> Dict[str, Any]:
+    """What tells two machines (and two boots of one) apart when their host names agree:
+    /etc/machine-id and the kernel's boot id, 8 characters each (absent where unreadable)."""
+    found = {}
+    for key, path in (("machine_id", "/etc/machine-id"), ("boot_id", "/proc/sys/kernel/random/boot_id")):
+        try:
+            found[key] = Path(path).read_text().strip().replace("-", "")[:8]
+        except OSError:
+            pass
+    return found
+
+
 # ------------------------------------------------------------------ driving
 
 
@@ -275,14 +312,26 @@ def run_cell(name: str, args, stopper: Stopper, setup: Dict[str, Any], stop_at: 
     # after a kill; the runner cuts it back on resume).
     checkpoint = newest_valid_checkpoint(run_dir, lambda message: print(f"warning: {message}"))
     done = int(verify_checkpoint(checkpoint, require_meta=True)["env_steps"]) if checkpoint else 0
+    if checkpoint is None and stored.get("env_steps", 0) > 0:
+        # The record says the cell trained, but this machine has none of its checkpoints
+        # (a fresh machine: run directories are machine-local and ignored by git). Starting
+        # over would overwrite the stored curve with a new run's.
+        if not args.new_attempt:
+            sys.exit(f"atari_long: cell {name}: its record is at {stored['env_steps']:,} agent "
+                     f"steps but {run_dir} has no checkpoint (a new machine?): restore that run "
+                     f"directory, or pass --new-attempt to keep the record as attempt "
+                     f"{stored.get('attempt', 1)} and train the cell again from 0")
+        stored = archive_attempt(args.out, name, stored, f"no checkpoint in {run_dir}")
     if done >= stop_at:
         return "done"
     session = {"started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                "from_env_steps": done,
-               "machine": {**machine_note(), **setup}, "command": command_line()}
+               "machine": {**machine_note(), **machine_identity(), **setup}, "command": command_line()}
     info = {"game": game, "env_id": config.env, "method": method, "credit": config.credit,
             "algo": config.algo_class.__name__, "seed": seed, "target_env_steps": args.target_steps,
-            "settings": settings, "sessions": stored.get("sessions", []),
+            "settings": settings, "attempt": stored.get("attempt", 1),
+            "earlier_attempts": stored.get("earlier_attempts", []),
+            "sessions": stored.get("sessions", []),
             "references": REFERENCES.get(game, [])}
     print(f"{name}: to {stop_at:,} agent steps in {run_dir}", flush=True)
     t0 = time.time()
@@ -382,30 +431,67 @@ def drive(args) -> int:
 # ------------------------------------------------------------------ report
 
 
+MARKS = (250_000, 500_000, 1_000_000, 1_500_000, 2_000_000, 2_500_000, 3_000_000,
+         5_000_000, 10_000_000)
+
+
+def score_at(record: Dict[str, Any], mark: int) -> Optional[float]:
+    """The game score (RLlib's 100-episode window) at the last curve point at or before
+    `mark` agent steps; None where the run has not reached `mark` or no episode had ended."""
+    steps, scores = record["curve"]["env_steps"], record["curve"].get("score") or []
+    if not steps or record["env_steps"] < mark:
+        return None
+    before = [score for step, score in zip(steps, scores) if step <= mark and score is not None]
+    return before[-1] if before else None
+
+
+def label(name: str, r: Dict[str, Any]) -> str:
+    return f"{r['method']} seed {r['seed']}" + (f", attempt {r['attempt']}" if "attempt" in r else "")
+
+
+def load_records(out: Path) -> Dict[str, Dict[str, Any]]:
+    """Every cell record in `out` (`<cell>.json` and the earlier attempts'
+    `<cell>.attemptN.json`), by file stem."""
+    return {p.stem: r for p in sorted(out.glob("*.json"))
+            if "cell" in (r := json.loads(p.read_text()))}
+
+
 def report(out: Path) -> str:
-    records = {p.stem: r for p in sorted(out.glob("*.json"))
-               if "cell" in (r := json.loads(p.read_text()))}
+    records = load_records(out)
     lines = ["# Atari at a budget (issue 15): long runs", "",
-             "Written by `benchmarks/atari_long.py --report-only` from the compact records here.", "",
-             "| cell | env | method | agent steps (target) | final score | agent steps/s | sessions | hosts |",
-             "|---|---|---|---:|---:|---:|---:|---|"]
+             "Written by `benchmarks/atari_long.py --report-only` from the compact records here. "
+             "A cell trained again from 0 after its run directory was lost (a new machine) keeps "
+             "each earlier attempt as `<cell>.attemptN.json`.", "",
+             "| record | env | method | attempt | agent steps (target) | final score | agent steps/s | sessions | machines |",
+             "|---|---|---|---:|---:|---:|---:|---:|---|"]
     for name, r in records.items():
-        hosts = sorted({s["machine"]["host"] for s in r.get("sessions", [])})
-        lines.append(f"| {name} | {r['env_id']} | {r['method']} | {r['env_steps']:,} "
-                     f"({r['target_env_steps']:,}) | {fmt(r['final_score'])} | "
+        machines = sorted({"{}{}".format(s["machine"]["host"], f" {s['machine']['boot_id']}"
+                                         if s["machine"].get("boot_id") else "")
+                           for s in r.get("sessions", [])})
+        lines.append(f"| {name} | {r['env_id']} | {r['method']} | {r.get('attempt', 1)} | "
+                     f"{r['env_steps']:,} ({r['target_env_steps']:,}) | {fmt(r['final_score'])} | "
                      f"{fmt(r['env_steps_per_s'], 0)} | {len(r.get('sessions', []))} | "
-                     f"{', '.join(hosts)} |")
+                     f"{', '.join(machines)} |")
+    marks = [m for m in MARKS if any(r["env_steps"] >= m for r in records.values())]
+    if marks:
+        lines += ["", "Game score at equal agent steps (RLlib's 100-episode window at the last "
+                  "iteration at or before the mark; blank: not reached):", "",
+                  "| record | " + " | ".join(f"{m / 1e6:g}M" for m in marks) + " |",
+                  "|---|" + "---:|" * len(marks)]
+        for name, r in sorted(records.items(), key=lambda item: (item[1]["game"], item[0])):
+            lines.append(f"| {name} | " + " | ".join(
+                "" if (v := score_at(r, m)) is None else fmt(v) for m in marks) + " |")
     lines += ["", "Reference scores at 10M agent steps: "
-              + "; ".join(f"{game} {label} {score}" for game, refs in REFERENCES.items()
-                          for label, score in refs) + ".", "", "Sources: " + REFERENCE_SOURCES, "",
-              "Diagnostics (mean of the last 10 iterations):", "",
-              "| cell | information (nats) | trust | decision trust | HCA clip fraction | c2a2c mask fraction |",
-              "|---|---:|---:|---:|---:|---:|"]
+              + "; ".join(f"{game} {label_} {score}" for game, refs in REFERENCES.items()
+                          for label_, score in refs) + ".", "", "Sources: " + REFERENCE_SOURCES, "",
+              "Diagnostics (mean of the last 10 iterations; the A2C cells log none of the credit ones):", "",
+              "| record | information (nats) | trust | decision trust | HCA clip fraction | c2a2c mask fraction | entropy | vf explained var |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, r in records.items():
         d = r.get("diagnostics_last10") or {}
         lines.append(f"| {name} | " + " | ".join(fmt(d.get(k), 4) for k in (
             "mutual_information", "trust", "decision_trust", "hca_clip_fraction",
-            "c2a2c_mask_fraction")) + " |")
+            "c2a2c_mask_fraction", "entropy", "vf_explained_var")) + " |")
     lines += ["", "![curves](curves.png)", "", "![diagnostics](diagnostics.png)", ""]
     text = "\n".join(lines)
     (out / "summary.md").write_text(text)
@@ -414,8 +500,11 @@ def report(out: Path) -> str:
 
 
 def plot(records: Dict[str, Dict[str, Any]], out: Path) -> None:
+    """curves.png: score against agent steps, one panel a game, the reference lines;
+    earlier attempts dotted. diagnostics.png: the credit diagnostics over agent steps."""
     plt = matplotlib_pyplot()
     games = sorted({r["game"] for r in records.values()}) or ["pong"]
+    colours = {method: f"C{i}" for i, method in enumerate(sorted({r["method"] for r in records.values()}))}
     fig, axes = plt.subplots(1, len(games), figsize=(6 * len(games), 4), squeeze=False)
     for ax, game in zip(axes[0], games):
         for name, r in records.items():
@@ -423,25 +512,29 @@ def plot(records: Dict[str, Dict[str, Any]], out: Path) -> None:
                 # No episode ended yet (a short run): the column is stored as None.
                 score = [math.nan if v is None else v
                          for v in r["curve"]["score"] or [None] * len(r["curve"]["env_steps"])]
-                ax.plot(r["curve"]["env_steps"], score, label=f"{r['method']} seed {r['seed']}")
-        for (label, value), style in zip(REFERENCES.get(game, []), ("--", ":")):
-            ax.axhline(value, color="grey", linestyle=style, label=f"{label}: {value}")
+                earlier = "attempt_ended" in r
+                ax.plot(r["curve"]["env_steps"], score, color=colours[r["method"]],
+                        linestyle=":" if earlier else "-", alpha=0.6 if earlier else 1.0,
+                        label=label(name, r) + (" (run lost)" if earlier else ""))
+        for (text, value), style in zip(REFERENCES.get(game, []), ("--", "-.")):
+            ax.axhline(value, color="grey", linestyle=style, label=f"{text}: {value}")
         ax.set(title=GAMES.get(game, game), xlabel="agent steps", ylabel="game score")
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out / "curves.png", dpi=90)
     plt.close(fig)
-    keys = ("mutual_information", "trust", "hca_clip_fraction")
-    fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 3.5), squeeze=False)
+    keys = ("mutual_information", "trust", "decision_trust", "hca_clip_fraction", "entropy")
+    fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.5), squeeze=False)
     for ax, key in zip(axes[0], keys):
         for name, r in records.items():
             diagnostics = r.get("diagnostics") or {}
             if diagnostics.get(key):
                 ax.plot(diagnostics["env_steps"], [math.nan if v is None else v for v in diagnostics[key]],
-                        label=name)
+                        label=f"{r['game']} {label(name, r)}",
+                        linestyle=":" if "attempt_ended" in r else "-")
         ax.set(title=key, xlabel="agent steps")
         if ax.lines:
-            ax.legend(fontsize=7)
+            ax.legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(out / "diagnostics.png", dpi=90)
     plt.close(fig)
@@ -520,6 +613,10 @@ def main(argv=None) -> int:
                         help="while the test suite runs: wait (pause) or exit 75 (stop)")
     parser.add_argument("--out", type=Path, default=None, help=f"records (default {DEFAULT_OUT})")
     parser.add_argument("--runs", type=Path, default=None, help=f"run directories (default {DEFAULT_RUNS})")
+    parser.add_argument("--new-attempt", action="store_true",
+                        help="a cell whose record is ahead of its run directory (no checkpoint "
+                             "here: a new machine): keep the record as <cell>.attemptN.json and "
+                             "train the cell again from 0 (without it: an error naming the cell)")
     parser.add_argument("--report-only", action="store_true")
     parser.add_argument("--quick", action="store_true",
                         help="a tiny Pong cell in a temp dir: start, checkpoint, kill -9, resume, report")
@@ -534,6 +631,8 @@ def main(argv=None) -> int:
     args.out = (args.out or DEFAULT_OUT).resolve()
     args.runs = (args.runs or (args.out / "runs" if args.quick else DEFAULT_RUNS)).resolve()
     if args.report_only:
+        if not args.out.is_dir():
+            parser.error(f"--out {args.out}: no such directory (no records to report)")
         print(report(args.out))
         return 0
     args.out.mkdir(parents=True, exist_ok=True)

@@ -226,3 +226,115 @@ def test_sigterm_after_ray_started_checkpoints_and_exits(tmp_path):
     assert meta["iteration"] == rows[-1]["iteration"] >= 2 and rows[-1]["env_steps"] < 100_000
     record = json.loads((out / f"{atari_long.QUICK_CELL}.json").read_text())
     assert record["sessions"][-1]["ended"] == "signal SIGTERM"
+
+
+def _record(name, method, steps, scores, **extra):
+    """A compact cell record as the driver stores it, with a score curve."""
+    game = name.split("_")[0]
+    return {"cell": name, "game": game, "env_id": f"atari/{game.title()}", "method": method,
+            "credit": method, "algo": "A2C", "seed": 0, "target_env_steps": 3_000_000,
+            "settings": {"env": f"atari/{game.title()}", "credit": method},
+            "env_steps": steps[-1], "final_score": scores[-1], "env_steps_per_s": 500.0,
+            "sessions": [{"machine": {"host": "vm", "boot_id": "abcd1234"}}],
+            "curve": {"env_steps": steps, "score": scores}, "record_format": "compact-1", **extra}
+
+
+def test_archive_attempt_keeps_the_record_and_counts_attempts(tmp_path):
+    """A lost run's record is kept as <cell>.attempt1.json, the next start is attempt 2 with
+    the first one listed; attempt 2 archived in turn becomes attempt2.json; archiving an
+    attempt whose file exists is refused with a one-line error (nothing overwritten)."""
+    stored = _record("breakout_a2c_seed0", "a2c", [100, 200], [1.0, 2.0])
+    start = atari_long.archive_attempt(tmp_path, "breakout_a2c_seed0", stored, "lost")
+    kept = json.loads((tmp_path / "breakout_a2c_seed0.attempt1.json").read_text())
+    assert kept["curve"] == stored["curve"] and kept["attempt"] == 1 and kept["attempt_ended"] == "lost"
+    assert start["attempt"] == 2 and start["settings"] == stored["settings"]
+    assert start["earlier_attempts"] == [{"attempt": 1, "record": "breakout_a2c_seed0.attempt1.json",
+                                          "env_steps": 200, "final_score": 2.0, "ended": "lost",
+                                          "sessions": 1}]
+    second = {**_record("breakout_a2c_seed0", "a2c", [50], [0.5]), **start}
+    third = atari_long.archive_attempt(tmp_path, "breakout_a2c_seed0", second, "lost again")
+    assert third["attempt"] == 3 and [a["attempt"] for a in third["earlier_attempts"]] == [1, 2]
+    assert json.loads((tmp_path / "breakout_a2c_seed0.attempt2.json").read_text())["env_steps"] == 50
+    with pytest.raises(SystemExit) as stop:
+        atari_long.archive_attempt(tmp_path, "breakout_a2c_seed0", stored, "again")
+    assert "\n" not in str(stop.value.code) and "attempt1.json exists already" in str(stop.value.code)
+    assert json.loads((tmp_path / "breakout_a2c_seed0.attempt1.json").read_text())["attempt_ended"] == "lost"
+
+
+def test_score_at_and_the_report_with_attempts(tmp_path):
+    """Scores at equal agent steps: the last curve point at or before the mark, blank where
+    the run did not reach it; the report lists every attempt and plots both figures."""
+    a2c = _record("breakout_a2c_seed0", "a2c", [200_000, 260_000, 510_000, 1_000_000],
+                  [3.0, 5.0, 20.0, 40.0], attempt=2)
+    lost = _record("breakout_a2c_seed0", "a2c", [250_000, 520_000], [9.0, 25.0],
+                   attempt=1, attempt_ended="lost")
+    hca = _record("breakout_expected_hca_seed0", "expected_hca", [240_000, 600_000], [4.0, None])
+    assert atari_long.score_at(a2c, 250_000) == 3.0
+    assert atari_long.score_at(a2c, 500_000) == 5.0
+    assert atari_long.score_at(a2c, 1_000_000) == 40.0
+    assert atari_long.score_at(a2c, 1_500_000) is None  # not reached
+    assert atari_long.score_at(hca, 500_000) == 4.0     # a None score is skipped
+    assert atari_long.score_at(lost, 1_000_000) is None
+    for name, record in (("breakout_a2c_seed0", a2c), ("breakout_a2c_seed0.attempt1", lost),
+                         ("breakout_expected_hca_seed0", hca)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(record))
+    (tmp_path / "quick_check.json").write_text("{}")  # not a cell record
+    text = atari_long.report(tmp_path)
+    assert "| breakout_a2c_seed0.attempt1 | atari/Breakout | a2c | 1 | 520,000 (3,000,000) |" in text
+    assert "| breakout_a2c_seed0 | atari/Breakout | a2c | 2 | 1,000,000 (3,000,000) |" in text
+    assert "| record | 0.25M | 0.5M | 1M |" in text
+    assert "| breakout_a2c_seed0 | 3.00 | 5.00 | 40.00 |" in text
+    assert "| breakout_a2c_seed0.attempt1 | 9.00 | 9.00 |  |" in text  # 520k > 0.5M
+    assert (tmp_path / "curves.png").stat().st_size > 0 and (tmp_path / "diagnostics.png").exists()
+
+
+def test_report_only_of_a_missing_directory_is_a_one_line_error(tmp_path):
+    with pytest.raises(SystemExit) as stop:
+        atari_long.main(["--report-only", "--out", str(tmp_path / "nothing")])
+    assert stop.value.code == 2
+
+
+@pytest.mark.slow  # imports RLlib's config in a subprocess (about 8 s)
+def test_a_record_without_its_run_directory_is_refused(tmp_path):
+    """A fresh machine: the record says the cell trained, its run directory is not there.
+    The driver refuses with one line naming the cell and --new-attempt, before Ray starts,
+    and leaves the record as it was."""
+    out = tmp_path / "out"
+    out.mkdir()
+    from hca_rllib.runner import flat_config
+
+    config = atari_long.cell_config(atari_long.QUICK_CELL, True)[0]
+    record = _record(atari_long.QUICK_CELL, "a2c", [160, 320], [-21.0, -20.0],
+                     settings=atari_long.settings_of(flat_config(config)))
+    (out / f"{atari_long.QUICK_CELL}.json").write_text(json.dumps(record))
+    proc = _driver("--cells", atari_long.QUICK_CELL, "--quick-child", "--out", out, "--runs", tmp_path / "runs",
+                   "--target-steps", 480, "--on-tests", "stop", "--guard-names", _fake_name(), timeout=200)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"atari_long: cell {atari_long.QUICK_CELL}: its record is at 320 agent steps") \
+        and "--new-attempt" in last, proc.stderr[-2000:]
+    assert json.loads((out / f"{atari_long.QUICK_CELL}.json").read_text()) == record
+    assert not (tmp_path / "runs" / atari_long.QUICK_CELL / "results.jsonl").exists()
+
+
+@pytest.mark.benchmark
+def test_new_attempt_trains_again_and_keeps_the_lost_record(short_cell, tmp_path):
+    """--new-attempt on a fresh run directory: the stored record (the short cell's) is kept
+    as attempt 1 unchanged, the cell trains from 0 as attempt 2 whose record lists attempt
+    1 and only its own session, with the machine's ids."""
+    out = tmp_path / "out"
+    out.mkdir()
+    stored_text = (short_cell / f"{atari_long.QUICK_CELL}.json").read_text()
+    (out / f"{atari_long.QUICK_CELL}.json").write_text(stored_text)
+    stored = json.loads(stored_text)
+    proc = _driver("--cells", atari_long.QUICK_CELL, "--quick-child", "--out", out, "--runs", tmp_path / "runs",
+                   "--target-steps", atari_long.QUICK_STEPS_PER_ITERATION, "--new-attempt",
+                   "--on-tests", "stop", "--guard-names", _fake_name())
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    kept = json.loads((out / f"{atari_long.QUICK_CELL}.attempt1.json").read_text())
+    assert stored["attempt"] == 1 and {k: v for k, v in kept.items() if k != "attempt_ended"} == stored
+    new = json.loads((out / f"{atari_long.QUICK_CELL}.json").read_text())
+    assert new["attempt"] == 2 and new["earlier_attempts"][0]["env_steps"] == stored["env_steps"]
+    assert len(new["sessions"]) == 1 and new["sessions"][0]["from_env_steps"] == 0
+    assert 0 < new["env_steps"] < stored["env_steps"] + atari_long.QUICK_STEPS_PER_ITERATION
+    assert "boot_id" in new["sessions"][0]["machine"]
