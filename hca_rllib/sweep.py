@@ -16,14 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import shlex
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from hca_rllib.credit import CREDIT_MODES
-from hca_rllib.runner import read_results, result_line, user_path, wandb_logger_callback, wandb_mode
+from hca_rllib.runner import (read_results, result_line, user_path, wandb_logger_callback, wandb_mode,
+                              write_file)
 
 
 def trial_resources(num_env_runners: int, cpus_per_env_runner: float) -> float:
@@ -104,9 +103,8 @@ def make_run_files_callback(stop_timesteps: Optional[int] = None):
                         and kept[-1]["env_steps"] >= stop_timesteps):
                     self.finished.add(trial.trial_id)  # its last line stays the last
                     return
-                tmp = results.with_suffix(".jsonl.tmp")
-                tmp.write_text("".join(json.dumps(x) + "\n" for x in kept + [line]))
-                os.replace(tmp, results)
+                # Atomic and durable (temporary synced, renamed, directory synced).
+                write_file(results, "".join(json.dumps(x) + "\n" for x in kept + [line]).encode())
             else:
                 with open(results, "a") as f:
                     f.write(json.dumps(line) + "\n")

@@ -188,6 +188,34 @@ def test_run_files_after_a_driver_restore_continue_the_stored_rows(tmp_path):
     assert json.loads((fresh_dir / "run.json").read_text())["trial_id"] == "fresh"
 
 
+def test_run_files_rewrite_is_synced_with_its_directory(tmp_path, monkeypatch):
+    """The callback's rewrite of results.jsonl (a first result, or a retry going back) goes
+    through `write_file`: the rows are whole, no temporary is left, and the directory is
+    synced after the rename (it was a bare `os.replace`)."""
+    from types import SimpleNamespace
+
+    import pyarrow.fs
+
+    import hca_rllib.runner as runner
+    from hca_rllib.sweep import make_run_files_callback
+
+    synced = []
+    monkeypatch.setattr(runner, "_fsync_directory", lambda directory: synced.append(Path(directory)))
+    storage, staging = tmp_path / "storage", tmp_path / "staging"
+    storage.mkdir()
+    (storage / "results.jsonl").write_text("".join(
+        json.dumps({"iteration": i, "env_steps": 100 * i}) + "\n" for i in (1, 2, 3)))
+    trial = SimpleNamespace(local_path=str(staging), path=str(storage), trial_id="t",
+                            storage=SimpleNamespace(storage_filesystem=pyarrow.fs.LocalFileSystem()),
+                            config={"env": "CartPole-v1", "credit": "hca", "seed": 0})
+    callback = make_run_files_callback()
+    callback.on_trial_result(0, [], trial, {"training_iteration": 3, "num_env_steps_sampled_lifetime": 301,
+                                            "time_total_s": 3.0})
+    assert [x["env_steps"] for x in _rows(staging / "results.jsonl")] == [100, 200, 301]
+    assert synced == [staging]
+    assert sorted(p.name for p in staging.iterdir()) == ["results.jsonl", "run.json"]
+
+
 def _fake_sweep(directory: Path, **settings):
     """An experiment directory as `sweep` leaves it, as far as `--resume` checks: Tune's
     `tuner.pkl` (what `Tuner.can_restore` looks for) and the sweep's `sweep.json`."""
