@@ -100,6 +100,27 @@ REFERENCE_SOURCES = (
     "and A2C on 10M time-steps (40M frames)' table of ray-project/rl-experiments "
     "(atari-a2c, 5 workers, old API stack). See docs/benchmarks.md, section 2.")
 
+# Published A2C curves read at intermediate budgets (agent steps = frames / 4): the track a
+# run of this budget is on. Sources and how each was read: docs/benchmarks.md, section 2.
+REFERENCE_TRACKS = {
+    "breakout": [
+        ("OpenAI Baselines A2C (6 runs, read off the curve)",
+         {500_000: 2.1, 1_000_000: 2.9, 2_000_000: 18.9, 3_000_000: 50.3, 10_000_000: 275.0}),
+        ("RLlib A2C, rl-experiments (1 run, progress.csv)",
+         {500_000: 14.66, 1_000_000: 23.28, 2_000_000: 74.52, 3_000_000: 176.28, 10_000_000: 374.9}),
+        ("nnabla-rl A2C (3 seeds, evaluation tsv)",
+         {500_000: 16.7, 1_000_000: 51.2, 2_000_000: 108.3, 3_000_000: 168.4}),
+        ("pytorch-a2c-ppo-acktr-gail (1 run, read off the image)",
+         {500_000: 19.0, 1_000_000: 47.0, 2_000_000: 125.0, 3_000_000: 250.0}),
+    ],
+    "pong": [
+        ("OpenAI Baselines A2C (6 runs, read off the curve)",
+         {500_000: -20.2, 1_000_000: -20.1, 2_000_000: -16.3, 3_000_000: -1.0, 10_000_000: 18.5}),
+        ("nnabla-rl A2C (3 seeds, evaluation tsv)",
+         {500_000: -20.5, 1_000_000: -19.9, 2_000_000: -16.2, 3_000_000: -14.2}),
+    ],
+}
+
 # results.jsonl columns kept as the credit diagnostics over time.
 DIAGNOSTICS = ("mutual_information", "trust", "decision_trust", "trust_scale",
                "hca_clip_fraction", "c2a2c_mask_fraction", "hca_ratio_mean",
@@ -478,9 +499,16 @@ def report(out: Path) -> str:
                   "iteration at or before the mark; blank: not reached):", "",
                   "| record | " + " | ".join(f"{m / 1e6:g}M" for m in marks) + " |",
                   "|---|" + "---:|" * len(marks)]
-        for name, r in sorted(records.items(), key=lambda item: (item[1]["game"], item[0])):
-            lines.append(f"| {name} | " + " | ".join(
-                "" if (v := score_at(r, m)) is None else fmt(v) for m in marks) + " |")
+        for game in sorted({r["game"] for r in records.values()}):
+            for name, r in sorted((n, r) for n, r in records.items() if r["game"] == game):
+                lines.append(f"| {name} | " + " | ".join(
+                    "" if (v := score_at(r, m)) is None else fmt(v) for m in marks) + " |")
+            for text, track in REFERENCE_TRACKS.get(game, []):
+                lines.append(f"| *{game}: {text}* | " + " | ".join(
+                    fmt(track[m]) if m in track else "" for m in marks) + " |")
+        lines += ["", "After each resume RLlib's 100-episode window starts empty, and the short "
+                  "games end first, so the curve dips for a few iterations after a restart; the "
+                  "sessions column counts the restarts."]
     lines += ["", "Reference scores at 10M agent steps: "
               + "; ".join(f"{game} {label_} {score}" for game, refs in REFERENCES.items()
                           for label_, score in refs) + ".", "", "Sources: " + REFERENCE_SOURCES, "",
@@ -518,6 +546,11 @@ def plot(records: Dict[str, Dict[str, Any]], out: Path) -> None:
                         label=label(name, r) + (" (run lost)" if earlier else ""))
         for (text, value), style in zip(REFERENCES.get(game, []), ("--", "-.")):
             ax.axhline(value, color="grey", linestyle=style, label=f"{text}: {value}")
+        for (text, track), marker in zip(REFERENCE_TRACKS.get(game, []), "osD^v"):
+            top = max((r["env_steps"] for r in records.values() if r["game"] == game), default=0)
+            shown = sorted(m for m in track if m <= max(top, 3_000_000))
+            ax.plot(shown, [track[m] for m in shown], color="black", linewidth=0.6, alpha=0.5,
+                    marker=marker, markersize=4, label=text)
         ax.set(title=GAMES.get(game, game), xlabel="agent steps", ylabel="game score")
         ax.legend(fontsize=7)
     fig.tight_layout()
