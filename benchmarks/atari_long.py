@@ -55,7 +55,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
@@ -175,6 +175,11 @@ class Stopper:
         self.reason: Optional[str] = None
         self.looked = -math.inf
         self.armed = False  # our handlers installed since Ray started
+        # `refresh(line)`, at most every `refresh_every_s` after an iteration: the cell's
+        # record rewritten mid-run (a session cut short keeps its curve so far).
+        self.refresh: Optional[Callable[[Dict[str, Any]], None]] = None
+        self.refresh_every_s = math.inf
+        self.refreshed = -math.inf
 
     def handle(self, signum, frame) -> None:
         self.signal = signal.Signals(signum).name
@@ -200,6 +205,13 @@ class Stopper:
             found = self.tests()
             if found:
                 self.reason = f"test suite running ({found[0]})"
+        if (self.reason is None and self.refresh is not None
+                and time.monotonic() - self.refreshed >= self.refresh_every_s):
+            self.refreshed = time.monotonic()
+            try:
+                self.refresh(line)
+            except Exception as error:  # a record is not worth the run: say so, train on
+                print(f"warning: the record was not refreshed: {error}", flush=True)
         return self.reason
 
 
@@ -356,12 +368,21 @@ def run_cell(name: str, args, stopper: Stopper, setup: Dict[str, Any], stop_at: 
             "references": REFERENCES.get(game, [])}
     print(f"{name}: to {stop_at:,} agent steps in {run_dir}", flush=True)
     t0 = time.time()
+
+    def refresh(line: Dict[str, Any]) -> None:
+        running = {**session, "to_env_steps": line["env_steps"], "wall_s": round(time.time() - t0, 1),
+                   "steps_per_s": line.get("steps_per_s"), "ended": "running (record refreshed mid-run)"}
+        store_cell(args.out, name, run_dir, {**info, "sessions": info["sessions"] + [running]})
+
+    stopper.refresh, stopper.refresh_every_s = refresh, 60 * args.record_minutes
+    stopper.refreshed = time.monotonic()
     last = run_training(
         config, run_dir, stop_at, resume=True, checkpoint_every=0,
         checkpoint_every_s=60 * args.checkpoint_minutes, stop_when=stopper,
         run_info={"algo": info["algo"], "credit": config.credit, "env": config.env, "seed": seed,
                   "cell": name, "stop_timesteps": stop_at, "command": command_line()},
         wandb="off", tensorboard=False, progress=True, progress_every=60, torch_threads=1)
+    stopper.refresh = None
     reason = stopper.reason or "done"
     session.update(to_env_steps=last["env_steps"], wall_s=round(time.time() - t0, 1),
                    steps_per_s=last.get("steps_per_s"), ended=reason)
@@ -640,6 +661,9 @@ def main(argv=None) -> int:
                         help="agent steps a cell trains before the next cell's turn")
     parser.add_argument("--checkpoint-minutes", type=float, default=3.0,
                         help="checkpoint after this many minutes of training (default 3)")
+    parser.add_argument("--record-minutes", type=float, default=10.0,
+                        help="rewrite each training cell's record this often mid-run (default 10), "
+                             "besides at each pass's end and stop")
     parser.add_argument("--nice", type=int, default=19)
     parser.add_argument("--core", type=int, default=None, help="the one core (default: the last)")
     parser.add_argument("--on-tests", choices=["pause", "stop"], default="pause",
@@ -678,8 +702,9 @@ def main(argv=None) -> int:
     if QUICK_CELL in args.cells and not args.quick:
         parser.error(f"{QUICK_CELL} is the quick mode's cell: use --quick")
     args.target_steps = args.target_steps or (QUICK_STEPS if args.quick else TARGET_STEPS)
-    if args.target_steps < 1 or args.pass_steps < 1 or args.checkpoint_minutes < 0:
-        parser.error("--target-steps and --pass-steps must be >= 1, --checkpoint-minutes >= 0")
+    if args.target_steps < 1 or args.pass_steps < 1 or args.checkpoint_minutes < 0 or args.record_minutes < 0:
+        parser.error("--target-steps and --pass-steps must be >= 1, --checkpoint-minutes and "
+                     "--record-minutes >= 0")
     return drive(args)
 
 

@@ -211,13 +211,19 @@ def test_sigterm_after_ray_started_checkpoints_and_exits(tmp_path):
     out, runs = tmp_path / "out", tmp_path / "runs"
     driver = subprocess.Popen([sys.executable, str(SCRIPT), "--cells", atari_long.QUICK_CELL, "--quick-child",
                                "--out", str(out), "--runs", str(runs), "--target-steps", "100000",
-                               "--checkpoint-minutes", "60", "--on-tests", "stop", "--guard-names", _fake_name()],
+                               "--checkpoint-minutes", "60", "--record-minutes", "0", "--on-tests", "stop",
+                               "--guard-names", _fake_name()],
                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     results = runs / atari_long.QUICK_CELL / "results.jsonl"
     deadline = time.time() + 300
     while time.time() < deadline and driver.poll() is None and len(read_results(results)) < 2:
         time.sleep(0.5)
     assert driver.poll() is None
+    # The record is rewritten mid-run (--record-minutes 0: after every iteration), before
+    # any stop: a session cut short (the machine gone) keeps the curve so far.
+    running = json.loads((out / f"{atari_long.QUICK_CELL}.json").read_text())
+    assert running["sessions"][-1]["ended"] == "running (record refreshed mid-run)"
+    assert running["env_steps"] >= atari_long.QUICK_STEPS_PER_ITERATION
     driver.send_signal(signal.SIGTERM)
     output = driver.communicate(timeout=300)[0]
     assert driver.returncode == 128 + signal.SIGTERM, output[-4000:]
@@ -338,3 +344,24 @@ def test_new_attempt_trains_again_and_keeps_the_lost_record(short_cell, tmp_path
     assert len(new["sessions"]) == 1 and new["sessions"][0]["from_env_steps"] == 0
     assert 0 < new["env_steps"] < stored["env_steps"] + atari_long.QUICK_STEPS_PER_ITERATION
     assert "boot_id" in new["sessions"][0]["machine"]
+
+
+def test_stopper_refreshes_the_record_at_its_interval_and_survives_a_failed_write(capsys):
+    """After an iteration the stopper rewrites the record when `refresh_every_s` has passed
+    (not before), and a failing write is a warning, not a stop."""
+    stopper = atari_long.Stopper([_fake_name()])
+    stopper.armed, stopper.looked = True, float("inf")  # no signal handlers, no process scan
+    seen = []
+    stopper.refresh, stopper.refresh_every_s = seen.append, 3600.0
+    stopper.refreshed = time.monotonic()
+    assert stopper({"env_steps": 1}) is None and seen == []
+    stopper.refreshed -= 3600.0
+    assert stopper({"env_steps": 2}) is None and seen == [{"env_steps": 2}]
+    assert stopper({"env_steps": 3}) is None and seen == [{"env_steps": 2}]
+
+    def fail(line):
+        raise OSError("disk full")
+
+    stopper.refresh, stopper.refresh_every_s = fail, 0.0
+    assert stopper({"env_steps": 4}) is None
+    assert "warning: the record was not refreshed: disk full" in capsys.readouterr().out
