@@ -273,8 +273,10 @@ def cell_record(name: str, run_dir: Path, info: Dict[str, Any]) -> Dict[str, Any
         "train_s": last.get("time_s", 0.0),
         "env_steps_per_s": last["env_steps"] / last["time_s"] if last.get("time_s") else None,
         "final_score": nan_mean(line.get("score") for line in tail),
-        "final_score_note": "mean of the last 10% of iterations' game_return_mean "
-                            "(RLlib's 100-episode window of the unclipped full-game score)",
+        "final_score_note": "mean of the last 10% of iterations' game_return_mean (the unclipped "
+                            "full-game score; in Ray 2.60 each iteration's value is the mean of "
+                            "the games that ended in that iteration: RLlib's MeanStats empties "
+                            "its window at every reduce)",
         "curve": {key: [line.get(key) for line in lines] for key in CURVE},
         "diagnostics": {key: [line.get(key) for line in lines] for key in ("env_steps", *DIAGNOSTICS)},
     }
@@ -477,14 +479,20 @@ MARKS = (250_000, 500_000, 1_000_000, 1_500_000, 2_000_000, 2_500_000, 3_000_000
          5_000_000, 10_000_000)
 
 
-def score_at(record: Dict[str, Any], mark: int) -> Optional[float]:
-    """The game score (RLlib's 100-episode window) at the last curve point at or before
-    `mark` agent steps; None where the run has not reached `mark` or no episode had ended."""
+SCORE_SPAN = 100_000  # agent steps before a mark whose curve points make its score
+
+
+def score_at(record: Dict[str, Any], mark: int, span: int = SCORE_SPAN) -> Optional[float]:
+    """The game score at `mark` agent steps: the mean of the curve points in the `span`
+    agent steps up to `mark` (each point the games that ended in its iterations; 100k
+    steps hold about 100 games of Pong or of Breakout at a score of 20-30); None where the
+    run has not reached `mark` or no game ended in the span."""
     steps, scores = record["curve"]["env_steps"], record["curve"].get("score") or []
     if not steps or record["env_steps"] < mark:
         return None
-    before = [score for step, score in zip(steps, scores) if step <= mark and score is not None]
-    return before[-1] if before else None
+    inside = [score for step, score in zip(steps, scores)
+              if mark - span < step <= mark and score is not None]
+    return sum(inside) / len(inside) if inside else None
 
 
 def label(name: str, r: Dict[str, Any]) -> str:
@@ -516,8 +524,8 @@ def report(out: Path) -> str:
                      f"{', '.join(machines)} |")
     marks = [m for m in MARKS if any(r["env_steps"] >= m for r in records.values())]
     if marks:
-        lines += ["", "Game score at equal agent steps (RLlib's 100-episode window at the last "
-                  "iteration at or before the mark; blank: not reached):", "",
+        lines += ["", f"Game score at equal agent steps (the mean of the curve over the "
+                  f"{SCORE_SPAN:,} agent steps up to the mark; blank: not reached):", "",
                   "| record | " + " | ".join(f"{m / 1e6:g}M" for m in marks) + " |",
                   "|---|" + "---:|" * len(marks)]
         for game in sorted({r["game"] for r in records.values()}):
@@ -527,9 +535,11 @@ def report(out: Path) -> str:
             for text, track in REFERENCE_TRACKS.get(game, []):
                 lines.append(f"| *{game}: {text}* | " + " | ".join(
                     fmt(track[m]) if m in track else "" for m in marks) + " |")
-        lines += ["", "After each resume RLlib's 100-episode window starts empty, and the short "
-                  "games end first, so the curve dips for a few iterations after a restart; the "
-                  "sessions column counts the restarts."]
+        lines += ["", "Each curve point is the mean of the games that ended in its iterations "
+                  "(Ray 2.60's `episode_return_mean` and `game_return_mean` keep no window across "
+                  "iterations). All envs start a game together at a run's start and after each "
+                  "resume, so the short games end first and the curve dips for about one game's "
+                  "length after a restart; the sessions column counts the restarts."]
     lines += ["", "Reference scores at 10M agent steps: "
               + "; ".join(f"{game} {label_} {score}" for game, refs in REFERENCES.items()
                           for label_, score in refs) + ".", "", "Sources: " + REFERENCE_SOURCES, "",

@@ -268,18 +268,21 @@ def test_archive_attempt_keeps_the_record_and_counts_attempts(tmp_path):
 
 
 def test_score_at_and_the_report_with_attempts(tmp_path):
-    """Scores at equal agent steps: the last curve point at or before the mark, blank where
-    the run did not reach it; the report lists every attempt and plots both figures."""
-    a2c = _record("breakout_a2c_seed0", "a2c", [200_000, 260_000, 510_000, 1_000_000],
-                  [3.0, 5.0, 20.0, 40.0], attempt=2)
+    """Scores at equal agent steps: the mean of the curve points in the 100k agent steps up
+    to the mark, blank where the run did not reach it or no game ended in the span; the
+    report lists every attempt and plots both figures."""
+    a2c = _record("breakout_a2c_seed0", "a2c", [160_000, 200_000, 240_000, 420_000, 510_000, 1_000_000],
+                  [1.0, 3.0, 5.0, 6.0, 20.0, 40.0], attempt=2)
     lost = _record("breakout_a2c_seed0", "a2c", [250_000, 520_000], [9.0, 25.0],
                    attempt=1, attempt_ended="lost")
     hca = _record("breakout_expected_hca_seed0", "expected_hca", [240_000, 600_000], [4.0, None])
-    assert atari_long.score_at(a2c, 250_000) == 3.0
-    assert atari_long.score_at(a2c, 500_000) == 5.0
+    assert atari_long.score_at(a2c, 250_000) == 3.0     # (1 + 3 + 5) / 3: 150k < step <= 250k
+    assert atari_long.score_at(a2c, 500_000) == 6.0     # 420k only
     assert atari_long.score_at(a2c, 1_000_000) == 40.0
     assert atari_long.score_at(a2c, 1_500_000) is None  # not reached
-    assert atari_long.score_at(hca, 500_000) == 4.0     # a None score is skipped
+    assert atari_long.score_at(a2c, 400_000) is None    # reached, no point in (300k, 400k]
+    assert atari_long.score_at(hca, 250_000) == 4.0
+    assert atari_long.score_at(hca, 600_000) is None    # a None score is skipped
     assert atari_long.score_at(lost, 1_000_000) is None
     for name, record in (("breakout_a2c_seed0", a2c), ("breakout_a2c_seed0.attempt1", lost),
                          ("breakout_expected_hca_seed0", hca)):
@@ -289,8 +292,8 @@ def test_score_at_and_the_report_with_attempts(tmp_path):
     assert "| breakout_a2c_seed0.attempt1 | atari/Breakout | a2c | 1 | 520,000 (3,000,000) |" in text
     assert "| breakout_a2c_seed0 | atari/Breakout | a2c | 2 | 1,000,000 (3,000,000) |" in text
     assert "| record | 0.25M | 0.5M | 1M |" in text
-    assert "| breakout_a2c_seed0 | 3.00 | 5.00 | 40.00 |" in text
-    assert "| breakout_a2c_seed0.attempt1 | 9.00 | 9.00 |  |" in text  # 520k > 0.5M
+    assert "| breakout_a2c_seed0 | 3.00 | 6.00 | 40.00 |" in text
+    assert "| breakout_a2c_seed0.attempt1 | 9.00 |  |  |" in text  # 520k > 0.5M: none in (400k, 500k]
     assert (tmp_path / "curves.png").stat().st_size > 0 and (tmp_path / "diagnostics.png").exists()
 
 
