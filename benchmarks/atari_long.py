@@ -90,8 +90,8 @@ QUICK_STEPS_PER_ITERATION = 160
 
 # Reference scores at 10M agent steps (docs/benchmarks.md, section 2, with the sources).
 REFERENCES = {
-    "pong": [(f"SB3 zoo A2C, 10M", ATARI["pong"]["a2c_score"])],
-    "breakout": [(f"SB3 zoo A2C, 10M", ATARI["breakout"]["a2c_score"]),
+    "pong": [("SB3 zoo A2C, 10M", ATARI["pong"]["a2c_score"])],
+    "breakout": [("SB3 zoo A2C, 10M", ATARI["breakout"]["a2c_score"]),
                  ("RLlib A2C (old API stack), 10M", 374.0)],
 }
 REFERENCE_SOURCES = (
