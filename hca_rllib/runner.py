@@ -691,11 +691,24 @@ class WandbLogger:
 
 
 def wandb_logger_callback(project: str = "hca-rllib", group: Optional[str] = None, **kwargs):
-    """Ray Tune's `WandbLoggerCallback`, offline unless WANDB_API_KEY is set."""
-    from ray.air.integrations.wandb import WandbLoggerCallback
+    """Ray Tune's `WandbLoggerCallback` (as `hca_rllib.wandb_tune.HCAWandbLoggerCallback`,
+    which needs no key when offline), offline unless WANDB_API_KEY is set.
+
+    The runs go to `dir` (a `wandb.init` argument), else to the driver's `WANDB_DIR` where
+    it is set, else into each trial's directory (Ray's default). Ray's logging actor does
+    not inherit the driver's environment, so `WANDB_DIR` is passed on here as `dir`;
+    without that, a `WANDB_DIR` set after `ray.init` was ignored and the offline runs went
+    to the trial's working directory, reaching the storage path only if Tune's last sync
+    ran after the actor finished."""
+    from hca_rllib.wandb_tune import HCAWandbLoggerCallback
 
     mode = wandb_mode(kwargs.pop("mode", "auto"))
-    return WandbLoggerCallback(project=project, group=group, mode=mode, **kwargs)
+    directory = kwargs.pop("dir", None) or os.environ.get("WANDB_DIR")
+    if directory:
+        directory = os.path.abspath(os.path.expanduser(directory))
+        os.makedirs(directory, exist_ok=True)
+        kwargs["dir"] = directory
+    return HCAWandbLoggerCallback(project=project, group=group, mode=mode, **kwargs)
 
 
 def flat_config(config) -> Dict[str, Any]:

@@ -81,6 +81,33 @@ def test_user_path_is_absolute_from_relative_and_home(tmp_path, monkeypatch):
         user_path("~no_such_user_hca/x")
 
 
+def test_tune_wandb_callback_needs_no_key_offline_and_honours_wandb_dir(monkeypatch, tmp_path):
+    """Ray's own callback raises "No WandB API key found" at setup unless the environment
+    says WANDB_MODE=offline; ours is offline by argument alone, leaves the environment as it
+    was, and passes the driver's WANDB_DIR to its logging actor as `dir`."""
+    from ray.air.integrations.wandb import WandbLoggerCallback
+
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "w" / "runs"))
+    monkeypatch.setenv("HOME", str(tmp_path))  # no `wandb login` of this machine's user
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb_config"))
+    monkeypatch.delenv("WANDB_SETUP_API_KEY_HOOK", raising=False)
+    with pytest.raises(ValueError, match="No WandB API key found"):
+        WandbLoggerCallback(project="p", mode="offline").setup()
+    callback = wandb_logger_callback(project="p")
+    assert isinstance(callback, WandbLoggerCallback) and callback.kwargs["mode"] == "offline"
+    callback.setup()
+    assert "WANDB_MODE" not in os.environ and "WANDB_API_KEY" not in os.environ
+    assert callback.kwargs["dir"] == str(tmp_path / "w" / "runs") and (tmp_path / "w" / "runs").is_dir()
+    assert wandb_logger_callback(project="p", dir=str(tmp_path / "x")).kwargs["dir"] == str(tmp_path / "x")
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    wandb_logger_callback(project="p").setup()
+    assert os.environ["WANDB_MODE"] == "disabled"  # restored, not overwritten
+    monkeypatch.delenv("WANDB_DIR")
+    assert "dir" not in wandb_logger_callback(project="p").kwargs  # Ray's default: the trial directory
+
+
 def test_wandb_is_offline_without_a_key_and_online_with_one(monkeypatch):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     assert wandb_mode("auto") == "offline"
@@ -246,6 +273,7 @@ def test_tune_logs_to_wandb_offline_through_rays_callback(ray_local, tmp_path, m
     from ray import tune
 
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)  # conftest's default would hide the no-key path
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb_root"))
     config = (HCAConfig().environment("CartPole-v1").env_runners(num_envs_per_env_runner=2)
               .training(train_batch_size_per_learner=64))
@@ -260,8 +288,11 @@ def test_tune_logs_to_wandb_offline_through_rays_callback(ray_local, tmp_path, m
     )
     results = tuner.fit()
     assert not results.errors
-    runs = [p for p in tmp_path.rglob("offline-run-*") if p.is_dir()]
-    assert runs and any(f.suffix == ".wandb" for f in runs[0].iterdir())
+    # WANDB_DIR was set after ray.init (the fixture), so the logging actor only knows it
+    # because wandb_logger_callback passes it on; the callback waits for wandb.finish at
+    # the experiment's end, so the run is complete there when fit() returns.
+    runs = [p for p in (tmp_path / "wandb_root").rglob("offline-run-*") if p.is_dir()]
+    assert len(runs) == 1 and any(f.suffix == ".wandb" for f in runs[0].iterdir())
     assert os.environ.get("WANDB_API_KEY") is None
 
 
