@@ -31,7 +31,7 @@ from __future__ import annotations
 import copy
 import sys
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent

@@ -25,13 +25,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
-
-import numpy as np
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent

@@ -18,7 +18,6 @@ import argparse
 import ast
 import json
 import math
-import os
 import shlex
 import sys
 from pathlib import Path

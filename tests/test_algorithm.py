@@ -1,7 +1,6 @@
 """The algorithm on a real (embedded, loopback) Ray: NaN safety, checkpoints, Tune,
 remote EnvRunners and remote learners, and the classifier against the exact posterior."""
 
-import math
 
 import gymnasium as gym
 import numpy as np

@@ -43,7 +43,6 @@ SET_BAD = {
     "normalize_advantages": ["yes", "''", "2", "None", "[1]"],
     "hca_ratio_clip": ["0.5", "-1", "1e400", *NUMBER_BAD],
     "hca_baseline": ["yes", "2", "None"],
-    "hindsight_overlap": ["yes", "1", "None"],
     "c2a2c_delta": ["0", "-1", *NUMBER_BAD],
     "c2a2c_soft": ["yes", "2", "None"],
     "c2a2c_normalize": ["yes", "2", "None"],
@@ -71,7 +70,7 @@ SET_BAD = {
     "frame_stack": ["0", "-1", "1.5", "'x'", "True", "[1]"],
     "sampler": ["nope", "''", "1"],
     "sampler_overlap": ["yes", "2", "None"],
-    "hindsight_overlap": ["yes", "2", "None"],
+    "hindsight_overlap": ["yes", "1", "2", "None"],  # once: a second key silently replaced the first
     "learner_path": ["nope", "''", "1"],
     # RLlib's fields the CLI exposes or that users commonly set
     "lr": ["0", "-1", "nan", "inf", "'x'", "''", "[1, 2]", "{1: 2}", "True"],

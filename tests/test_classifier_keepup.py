@@ -126,9 +126,10 @@ def test_advantage_input_gives_no_gradient_to_the_value_function():
 
 
 def _tabular_problem(seed=0, num_returns=5):
-    g = torch.Generator().manual_seed(seed)
-    likelihood = torch.distributions.Dirichlet(torch.ones(num_returns)).sample((3,)).T  # [K, A]
-    return likelihood.double()
+    # Seeded: a torch Generator made here was never passed to Dirichlet.sample (which
+    # takes none), so the draw followed the global torch seed, not `seed`.
+    likelihood = np.random.default_rng(seed).dirichlet(np.ones(num_returns), size=3).T  # [K, A]
+    return torch.from_numpy(likelihood).double()
 
 
 def _fit_balanced_table(prior, likelihood, clip, steps=3000):

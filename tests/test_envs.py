@@ -13,7 +13,7 @@ import torch
 
 import hca_rllib  # noqa: F401  (registers the ids)
 from hca_rllib import HCAConfig
-from hca_rllib.envs import EnvResolutionError, KeyToDoor, key_to_door_values, resolve_env
+from hca_rllib.envs import KeyToDoor, key_to_door_values, resolve_env
 from hca_rllib.envs.atari import make_atari, make_atari_vector
 from hca_rllib.envs.minatar import MINATAR_GAMES
 
