@@ -279,6 +279,11 @@ def cell_record(name: str, run_dir: Path, info: Dict[str, Any]) -> Dict[str, Any
                             "its window at every reduce)",
         "curve": {key: [line.get(key) for line in lines] for key in CURVE},
         "diagnostics": {key: [line.get(key) for line in lines] for key in ("env_steps", *DIAGNOSTICS)},
+        # Read from every iteration here, not later from the downsampled curve, whose bins
+        # move as the run grows (a mark next to a collapse read -12.9 at one length and
+        # -8.9 at another).
+        "score_at_marks": marks_of([line["env_steps"] for line in lines],
+                                   [line.get("score") for line in lines]),
     }
     return compact_record(data)
 
@@ -482,17 +487,36 @@ MARKS = (250_000, 500_000, 1_000_000, 1_500_000, 2_000_000, 2_500_000, 3_000_000
 SCORE_SPAN = 100_000  # agent steps before a mark whose curve points make its score
 
 
-def score_at(record: Dict[str, Any], mark: int, span: int = SCORE_SPAN) -> Optional[float]:
-    """The game score at `mark` agent steps: the mean of the curve points in the `span`
-    agent steps up to `mark` (each point the games that ended in its iterations; 100k
-    steps hold about 100 games of Pong or of Breakout at a score of 20-30); None where the
-    run has not reached `mark` or no game ended in the span."""
-    steps, scores = record["curve"]["env_steps"], record["curve"].get("score") or []
-    if not steps or record["env_steps"] < mark:
-        return None
+def span_mean(steps: Sequence[int], scores: Sequence[Optional[float]], mark: int,
+              span: int = SCORE_SPAN) -> Optional[float]:
+    """The mean of the scores whose step lies in (mark - span, mark]; None where none does."""
     inside = [score for step, score in zip(steps, scores)
               if mark - span < step <= mark and score is not None]
     return sum(inside) / len(inside) if inside else None
+
+
+def marks_of(steps: Sequence[int], scores: Sequence[Optional[float]]) -> Dict[str, Optional[float]]:
+    """`span_mean` at every mark of MARKS the run has reached, keyed by the mark as text
+    (JSON): what a record stores as `score_at_marks`, from every iteration."""
+    reached = steps[-1] if steps else 0
+    return {str(mark): span_mean(steps, scores, mark) for mark in MARKS if mark <= reached}
+
+
+def score_at(record: Dict[str, Any], mark: int, span: int = SCORE_SPAN) -> Optional[float]:
+    """The game score at `mark` agent steps: the mean of the per-iteration scores in the
+    `span` agent steps up to `mark` (each the games that ended in that iteration; 100k
+    steps hold about 100 games of Pong or of Breakout at a score of 20-30); None where the
+    run has not reached `mark` or no game ended in the span. Read from the record's
+    `score_at_marks` (every iteration) where it has the mark, else from its stored curve
+    (downsampled: the reading can move with the bins, records written before
+    `score_at_marks`)."""
+    if record["env_steps"] < mark:
+        return None
+    stored = record.get("score_at_marks") or {}
+    if span == SCORE_SPAN and str(mark) in stored:
+        return stored[str(mark)]
+    steps, scores = record["curve"]["env_steps"], record["curve"].get("score") or []
+    return span_mean(steps, scores, mark, span) if steps else None
 
 
 def label(name: str, r: Dict[str, Any]) -> str:

@@ -297,6 +297,44 @@ def test_score_at_and_the_report_with_attempts(tmp_path):
     assert (tmp_path / "curves.png").stat().st_size > 0 and (tmp_path / "diagnostics.png").exists()
 
 
+def test_marks_are_read_from_every_iteration_not_the_binned_curve(tmp_path):
+    """A record's score at a mark is the brute-force mean of the per-iteration scores in the
+    100k agent steps up to it, whatever the stored curve's bins (the run grows, the stride
+    changes); a collapse just before a mark is where the binned reading went wrong."""
+    import random
+
+    from hca_rllib.runner import read_results
+
+    rng = random.Random(0)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    lines, steps = [], 0
+    for iteration in range(1, 1_301):  # 1,300 iterations of ~2,000 steps: past the 2.5M mark
+        steps += rng.randint(1_900, 2_100)
+        collapse = 1_900_000 < steps <= 1_960_000
+        score = None if iteration % 7 == 0 else (-21.0 if collapse else rng.uniform(-5.0, 15.0))
+        lines.append({"iteration": iteration, "env_steps": steps, "time_s": iteration * 4.0, "score": score})
+    (run_dir / "results.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert len(read_results(run_dir / "results.jsonl")) == 1_300
+
+    def brute(mark):
+        inside = [l["score"] for l in lines if mark - 100_000 < l["env_steps"] <= mark and l["score"] is not None]
+        return sum(inside) / len(inside)
+
+    record = atari_long.cell_record("pong_a2c_seed0", run_dir, {"method": "a2c"})
+    reached = [m for m in atari_long.MARKS if m <= steps]
+    assert reached == [250_000, 500_000, 1_000_000, 1_500_000, 2_000_000, 2_500_000]
+    assert record["score_at_marks"] == {str(m): pytest.approx(brute(m)) for m in reached}
+    assert record["curve_stride"] == 7  # 1,300 iterations into at most 200 points
+    for mark in reached:
+        assert atari_long.score_at(record, mark) == pytest.approx(brute(mark))
+    binned = atari_long.span_mean(record["curve"]["env_steps"], record["curve"]["score"], 2_000_000)
+    assert abs(binned - brute(2_000_000)) > 0.1  # the old reading, off by the bins
+    assert atari_long.score_at(record, 3_000_000) is None
+    older = {k: v for k, v in record.items() if k != "score_at_marks"}  # a record from before
+    assert atari_long.score_at(older, 2_000_000) == binned
+
+
 def test_report_only_of_a_missing_directory_is_a_one_line_error(tmp_path):
     with pytest.raises(SystemExit) as stop:
         atari_long.main(["--report-only", "--out", str(tmp_path / "nothing")])
