@@ -184,7 +184,10 @@ def test_tensorboard_on_a_full_disk_is_the_same_one_line_error(tmp_path):
             logger.log({"iteration": 2, "env_steps": 128, "score": 2.0, "entropy": 0.5})
     assert [what for what, _ in disk.injected] == ["write"]
     one_line(caught.value, f"TensorBoard write to '{tmp_path / 'tensorboard'}' failed: no space left on device")
-    assert set(threading.enumerate()) == before
+    # No tensorboardX writer thread (other threads of the process, Ray's, may come and go).
+    from tensorboardX.event_file_writer import _EventLoggerThread
+
+    assert not [t for t in set(threading.enumerate()) - before if isinstance(t, _EventLoggerThread)]
     logger.close()  # space freed: what was held back is written
     # A second logger in the same second does not truncate the first one's file.
     again = TensorBoardLogger(tmp_path / "tensorboard", purge_step=129)

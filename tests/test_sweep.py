@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from hca_rllib.runner import read_results
 from hca_rllib.sweep import max_concurrent_trials, run_sweep, trial_resources
 
 
@@ -300,8 +301,8 @@ def _trial_files(experiment: Path):
     out = {}
     for trial in sorted(p for p in experiment.iterdir() if (p / "run.json").exists()):
         run = json.loads((trial / "run.json").read_text())
-        rows = [json.loads(x) for x in (trial / "results.jsonl").read_text().splitlines() if x.strip()]
-        tune_rows = [json.loads(x) for x in (trial / "result.json").read_text().splitlines() if x.strip()]
+        rows = read_results(trial / "results.jsonl")  # a kill may leave a torn last line
+        tune_rows = read_results(trial / "result.json")  # Tune's: one JSON object a line too
         out[run["trial_id"]] = (run, rows, tune_rows, sorted(p.name for p in trial.glob("checkpoint_*")))
     return out
 
@@ -390,9 +391,11 @@ def test_killed_sweep_resumes_to_the_uninterrupted_grid(tmp_path):
         else:
             pytest.fail(f"no moment with a finished and a running trial to kill at (exit {driver.poll()}); "
                         f"last experiment state: {state}")
-        before = _trial_files(experiment)  # the state the kill leaves (after the snapshot)
         killed = _kill_tree(driver)
         assert killed >= 3  # the driver, Ray's GCS and raylet at least
+        # Read after the kill: before it, Tune's syncer (every second here) may be
+        # rewriting these files in place while they are read.
+        before = _trial_files(experiment)  # the state the kill leaves
     finally:
         if driver.poll() is None:
             driver.kill()
