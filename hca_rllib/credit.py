@@ -565,13 +565,18 @@ def argmax_accuracy(
 def ratio_statistics(
     ratio: torch.Tensor, ratio_clip: float, mask: Optional[torch.Tensor] = None
 ) -> Dict[str, torch.Tensor]:
-    """Mean, max, 99th percentile and clip fraction of the unclipped `pi/q`."""
+    """Mean, median, max, 99th percentile and clip fraction of the unclipped `pi/q`.
+
+    The mean follows the largest ratios (one step where `q` is ~0 makes it ~1e30 while
+    the clip keeps that step harmless); the median is the typical step's ratio."""
     r = _masked(ratio, mask).to(torch.float32)
     if r.numel() == 0:
         zero = torch.zeros((), device=ratio.device)
-        return {"ratio_mean": zero, "ratio_max": zero, "ratio_p99": zero, "clip_fraction": zero}
+        return {"ratio_mean": zero, "ratio_median": zero, "ratio_max": zero, "ratio_p99": zero,
+                "clip_fraction": zero}
     return {
         "ratio_mean": r.mean(),
+        "ratio_median": torch.quantile(r, 0.5),
         "ratio_max": r.max(),
         "ratio_p99": torch.quantile(r, 0.99),
         "clip_fraction": (r > ratio_clip).to(torch.float32).mean(),

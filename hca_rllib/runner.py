@@ -63,6 +63,7 @@ RESULT_KEYS = {
     "trust_scale": ("learners", "default_policy", "credit/trust_scale"),
     "decision_trust": ("learners", "default_policy", "credit/decision_trust"),
     "hca_ratio_mean": ("learners", "default_policy", "hca/ratio_mean"),
+    "hca_ratio_median": ("learners", "default_policy", "hca/ratio_median"),
     "hca_clip_fraction": ("learners", "default_policy", "hca/clip_fraction"),
     "c2a2c_mask_fraction": ("learners", "default_policy", "c2a2c/mask_fraction"),
     "advantage_correlation": ("learners", "default_policy", "hca/advantage_correlation"),

@@ -628,13 +628,17 @@ def test_ratio_statistics_against_numpy():
             torch.as_tensor(ratio, dtype=torch.float32), 5.0,
             None if m is None else torch.as_tensor(m),
         )
-        assert set(stats) == {"ratio_mean", "ratio_max", "ratio_p99", "clip_fraction"}
+        assert set(stats) == {"ratio_mean", "ratio_median", "ratio_max", "ratio_p99", "clip_fraction"}
         np.testing.assert_allclose(stats["ratio_mean"].item(), r.mean(), rtol=1e-5)
+        np.testing.assert_allclose(stats["ratio_median"].item(), np.median(r), rtol=1e-5)
         np.testing.assert_allclose(stats["ratio_max"].item(), r.max(), rtol=1e-6)
         np.testing.assert_allclose(stats["ratio_p99"].item(), np.quantile(r, 0.99), rtol=1e-5)
         np.testing.assert_allclose(stats["clip_fraction"].item(), (r > 5.0).mean(), atol=1e-7)
     empty = C.ratio_statistics(torch.ones(3), 5.0, torch.zeros(3, dtype=torch.bool))
-    assert all(v.item() == 0.0 for v in empty.values())
+    assert len(empty) == 5 and all(v.item() == 0.0 for v in empty.values())
+    # One near-zero q: the mean is that step's ratio, the median the typical step's.
+    spiked = C.ratio_statistics(torch.tensor([0.9, 1.0, 1.1, 1e30]), 5.0)
+    assert spiked["ratio_mean"].item() > 1e29 and spiked["ratio_median"].item() == pytest.approx(1.05)
 
 
 def test_correlation_against_numpy():
