@@ -114,6 +114,12 @@ def test_train_writes_results_config_checkpoint_tensorboard_and_wandb(tmp_path):
     assert [line["iteration"] for line in lines] == list(range(1, len(lines) + 1))
     for key in ("score", "episode_return_mean", "mutual_information", "trust", "steps_per_s", "time_s"):
         assert key in lines[-1]
+    # The classifier's diagnostics reach the lines with values (c2a2c has a classifier).
+    for key in ("mutual_information", "hca_ratio_mean", "hca_ratio_median", "hca_clip_fraction",
+                "c2a2c_mask_fraction"):
+        assert all(isinstance(line[key], float) for line in lines[-3:]), (key, [line[key] for line in lines])
+    # Markov: for positive ratios, at most half lie at or above twice the mean.
+    assert all(0 < line["hca_ratio_median"] <= 2 * line["hca_ratio_mean"] for line in lines[-3:])
     assert lines[-1]["score"] == lines[-1]["episode_return_mean"]  # CartPole: the episode is the game
     config = json.loads((out / "config.json").read_text())
     assert config["credit"] == "c2a2c"
