@@ -2,12 +2,70 @@
 
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import Any, List, Tuple
 
+import numpy as np
 from ray.rllib.callbacks.callbacks import RLlibCallback
+from ray.rllib.utils.metrics.metrics_logger import DEFAULT_STATS_CLS_LOOKUP
+from ray.rllib.utils.metrics.stats.item_series import ItemSeriesStats
 
 GAME_RETURN = "game_return"
 GAME_LENGTH = "game_length"
+# The mean over the last `metrics_num_episodes_for_smoothing` (100) games, and episodes,
+# across iterations: `env_runners/game_return_window_mean`, `.../episode_return_window_mean`.
+WINDOW_SUFFIX = "_window_mean"
+WINDOW_REDUCE = "window_mean"
+
+
+class WindowMeanStats(ItemSeriesStats):
+    """The mean of the last `window` values logged by all EnvRunners, kept across
+    training iterations: the "mean over the last 100 episodes" of SB3's `ep_rew_mean`
+    and of RLlib's old API stack, which Ray 2.60's `MeanStats` no longer gives (its
+    values are emptied at every reduce, so `episode_return_mean` is the mean of the
+    episodes that ended in one iteration).
+
+    A leaf (an EnvRunner's logger) sends every value logged since its last reduce and
+    starts empty, as `ItemSeriesStats` does; merging at the root concatenates them in
+    order (exact across EnvRunners, where merging means of means is not) and keeps the
+    last `window`; the root's reduce returns their mean and keeps them, and the values
+    travel with the Algorithm's checkpoint (its MetricsLogger state). Registered under
+    the reduce name "window_mean" by `STATS_CLS_LOOKUP` (`HCAConfig` installs it)."""
+
+    stats_cls_identifier = WINDOW_REDUCE
+
+    def _keep_window(self) -> None:
+        if self._window:
+            self.items = list(self.items)[-int(self._window):]
+
+    def merge(self, incoming_stats: List["ItemSeriesStats"]) -> None:
+        super().merge(incoming_stats)
+        self._keep_window()
+
+    def peek(self, compile: bool = True, latest_merged_only: bool = False) -> Any:
+        items = super().peek(compile=False, latest_merged_only=latest_merged_only)
+        if not compile:
+            return items
+        return float(np.mean(items)) if len(items) else np.nan
+
+    def reduce(self, compile: bool = True) -> Any:
+        if not self.is_root:  # a leaf or an intermediate aggregator: pass the values on
+            items = list(self.items)
+            reduced = super().reduce(compile=False)
+            return (float(np.mean(items)) if items else np.nan) if compile else reduced
+        self._keep_window()
+        if compile:
+            return self.peek(compile=True)
+        kept = self.clone()
+        kept._set_items(list(self.items))
+        return kept
+
+    def get_state(self) -> dict:
+        state = super().get_state()
+        state["items"] = list(state["items"])  # a deque at a windowed leaf
+        return state
+
+
+STATS_CLS_LOOKUP = {**DEFAULT_STATS_CLS_LOOKUP, WINDOW_REDUCE: WindowMeanStats}
 
 # Attributes of an EnvRunner that an `EpisodeLog` attached to it; the callback appends to
 # them when they are there (and records nothing otherwise).
@@ -23,8 +81,14 @@ class GameScoreCallback(RLlibCallback):
     episode per life; see :mod:`hca_rllib.envs.atari`) put ``info["game_return"]`` and
     ``info["game_length"]`` at the step where the game ends. This callback logs them as
     ``env_runners/game_return_mean`` (and ``_min``/``_max``, ``game_length_mean``),
-    averaged over the same window as RLlib's ``episode_return_mean``. Environments
-    without that info log nothing here: their episode return already is the score.
+    averaged like RLlib's ``episode_return_mean`` (in Ray 2.60: over the games that ended
+    in the iteration). Environments without that info log no game score: their episode
+    return already is the score.
+
+    Windows: where the config's stats lookup has `WindowMeanStats` (HCAConfig's does), it
+    also logs ``env_runners/game_return_window_mean`` and
+    ``env_runners/episode_return_window_mean``: the mean over the last
+    `metrics_num_episodes_for_smoothing` (100) games and episodes, across iterations.
 
     Episode log: the episode passed to `on_episode_end` is only the last chunk when the
     episode spanned several `sample()` calls; earlier chunks come as
@@ -41,6 +105,7 @@ class GameScoreCallback(RLlibCallback):
 
     def on_episode_end(self, *, episode, prev_episode_chunks=None, env_runner=None,
                        metrics_logger=None, **kwargs) -> None:
+        chunks = None
         if env_runner is not None and EPISODES_ATTRIBUTE in env_runner.__dict__:
             chunks = list(prev_episode_chunks or []) + [episode]
             ret = float(sum(chunk.get_return() for chunk in chunks))
@@ -48,11 +113,19 @@ class GameScoreCallback(RLlibCallback):
             env_runner.__dict__[LAST_REWARDS_ATTRIBUTE].append(float(episode.get_rewards(-1)))
         if metrics_logger is None or len(episode) == 0:
             return
+        window = getattr(getattr(env_runner, "config", None), "metrics_num_episodes_for_smoothing", 100)
+        windowed = WINDOW_REDUCE in getattr(metrics_logger, "stats_cls_lookup", {})
+        if windowed:  # not where a config without STATS_CLS_LOOKUP runs this callback
+            chunks = chunks if chunks is not None else list(prev_episode_chunks or []) + [episode]
+            metrics_logger.log_value("episode_return" + WINDOW_SUFFIX,
+                                     float(sum(chunk.get_return() for chunk in chunks)),
+                                     reduce=WINDOW_REDUCE, window=window)
         info = episode.get_infos(-1)
         if not isinstance(info, dict) or GAME_RETURN not in info:
             return
-        window = getattr(getattr(env_runner, "config", None), "metrics_num_episodes_for_smoothing", 100)
         score = float(info[GAME_RETURN])
+        if windowed:
+            metrics_logger.log_value(GAME_RETURN + WINDOW_SUFFIX, score, reduce=WINDOW_REDUCE, window=window)
         metrics_logger.log_value(f"{GAME_RETURN}_mean", score, window=window)
         metrics_logger.log_value(f"{GAME_RETURN}_max", score, reduce="max", window=window)
         metrics_logger.log_value(f"{GAME_RETURN}_min", score, reduce="min", window=window)

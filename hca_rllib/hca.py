@@ -31,7 +31,7 @@ from ray.rllib.connectors.env_to_module.frame_stacking import FrameStackingEnvTo
 from ray.rllib.connectors.learner.frame_stacking import FrameStackingLearner
 from ray.rllib.utils import force_list
 
-from hca_rllib.callbacks import GameScoreCallback
+from hca_rllib.callbacks import STATS_CLS_LOOKUP, GameScoreCallback
 from hca_rllib.connectors import DEFAULT_LEARNER_PATH, LEARNER_PATHS, LeanEpisodesToBatch
 from hca_rllib.credit import CALIBRATIONS, CREDIT_MODES, HINDSIGHT_CREDIT_MODES, TRUST_MODES
 from hca_rllib.env_runner import (DEFAULT_SAMPLER, DEFAULT_SAMPLER_OVERLAP, SAMPLERS, LeanEnvRunner,
@@ -220,8 +220,12 @@ class HCAConfig(AlgorithmConfig):
         # Frames stacked by RLlib's frame-stacking connectors (episodes keep each frame
         # once); None: the environment family's default (4 for Atari, 1 otherwise).
         self.frame_stack = None
-        # Logs the full-game, unclipped score (`env_runners/game_return_mean`).
+        # Logs the full-game, unclipped score (`env_runners/game_return_mean`) and, through
+        # the "window_mean" stats it adds to RLlib's lookup, the means over the last 100
+        # games and episodes across iterations (`.../game_return_window_mean`,
+        # `.../episode_return_window_mean`; callbacks.WindowMeanStats).
         self.callbacks_class = [GameScoreCallback]
+        self.stats_cls_lookup = dict(STATS_CLS_LOOKUP)
         # The EnvRunner's timestep loop: "lean" (`hca_rllib.env_runner.LeanEnvRunner`,
         # installed through RLlib's `env_runner_cls` hook) or "rllib" (RLlib's
         # SingleAgentEnvRunner with its connector pipelines); docs/method.md, "Sampling".

@@ -53,6 +53,10 @@ RNG_STATE = "rng.pkl"
 RESULT_KEYS = {
     "episode_return_mean": ("env_runners", "episode_return_mean"),
     "game_return_mean": ("env_runners", "game_return_mean"),
+    # The last 100 (metrics_num_episodes_for_smoothing) episodes / games, across iterations
+    # (callbacks.WindowMeanStats); the two above hold one iteration's.
+    "episode_return_window_mean": ("env_runners", "episode_return_window_mean"),
+    "game_return_window_mean": ("env_runners", "game_return_window_mean"),
     "episode_len_mean": ("env_runners", "episode_len_mean"),
     "num_episodes": ("env_runners", "num_episodes"),
     "mutual_information": ("learners", "default_policy", "info/mutual_information"),
@@ -265,7 +269,9 @@ def _number(value: Any) -> Optional[float]:
 
 def result_line(result: Dict[str, Any], elapsed_s: float, steps_per_s: float) -> Dict[str, Any]:
     """One results.jsonl line from RLlib's result dict; `score` is the full-game return
-    where the env reports one (Atari), else the episode return."""
+    where the env reports one (Atari), else the episode return: of the episodes that ended
+    in the iteration. `score_window`: the same over the last 100 games (or episodes),
+    across iterations (None where the config has no window stats)."""
     line: Dict[str, Any] = {
         "iteration": int(result["training_iteration"]),
         "env_steps": int(result["num_env_steps_sampled_lifetime"]),
@@ -277,6 +283,8 @@ def result_line(result: Dict[str, Any], elapsed_s: float, steps_per_s: float) ->
     line["env_runners_lost"] = env_runners_lost(line["env_runner_restarts"], line["healthy_env_runners"],
                                                 _configured_env_runners(result.get("config")))
     line["score"] = line["game_return_mean"] if line["game_return_mean"] is not None else line["episode_return_mean"]
+    line["score_window"] = (line["game_return_window_mean"] if line["game_return_window_mean"] is not None
+                            else line["episode_return_window_mean"])
     return line
 
 

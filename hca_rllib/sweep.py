@@ -385,6 +385,8 @@ def check_resume(experiment: str, resume: bool, settings: Dict[str, Any], restor
     except (OSError, json.JSONDecodeError) as error:
         raise ValueError(f"unreadable {stored_file}: {error}") from None
     for key, flag in SWEEP_FLAGS.items():
+        if key == "metric" and stored.get("scheduler", "none") == settings["scheduler"] == "none":
+            continue  # no scheduler reads it (a sweep from before the window default resumes)
         if key in stored and stored[key] != settings[key]:
             raise ValueError(f"--resume: the sweep in {experiment!r} was started with {flag} "
                              f"{_flag_text(stored[key])}, not {_flag_text(settings[key])}; a resumed "
@@ -412,7 +414,7 @@ def run_sweep(
     num_envs_per_env_runner: int = 8,
     cpus_per_env_runner: float = 0.5,
     scheduler: str = "none",
-    metric: str = "env_runners/episode_return_mean",
+    metric: str = "env_runners/episode_return_window_mean",
     max_failures: int = 2,
     checkpoint_every: int = 5,
     wandb: str = "auto",
@@ -547,8 +549,9 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument("--num-envs-per-env-runner", type=int_argument(1), default=8)
     parser.add_argument("--cpus-per-env-runner", type=float_argument(0.0), default=0.5)
     parser.add_argument("--scheduler", default="none", choices=["none", "asha", "pbt"])
-    parser.add_argument("--metric", type=name_argument, default="env_runners/episode_return_mean",
-                        help="what ASHA/PBT maximise (Atari: env_runners/game_return_mean)")
+    parser.add_argument("--metric", type=name_argument, default="env_runners/episode_return_window_mean",
+                        help="what ASHA/PBT maximise: the mean over the last 100 episodes (Atari: "
+                             "env_runners/game_return_window_mean, the last 100 games)")
     parser.add_argument("--max-failures", type=int_argument(-1), default=2,
                         help="retries per trial, from its checkpoint (-1: no limit)")
     parser.add_argument("--max-concurrent", type=int_argument(1), default=None,

@@ -250,6 +250,10 @@ def test_resume_without_a_sweep_or_with_another_grid_is_refused_in_one_line(tmp_
     assert "started with --stop-timesteps 1000, not 2000" in sweep(resume=True, stop_timesteps=2000)
     assert "started with --set (none), not lr=0.001" in sweep(resume=True, overrides={"lr": 0.001})
     assert "started with --checkpoint-every 5, not 1" in sweep(resume=True, checkpoint_every=1)
+    # The metric only where a scheduler reads it: the fake (scheduler none, the metric of
+    # before the window default) is refused above for other flags, never for --metric.
+    assert "--metric" not in sweep(resume=True, checkpoint_every=1)
+    assert "started with --scheduler none, not asha" in sweep(resume=True, scheduler="asha")
 
 
 # ----------------------------------------------------------------- kill and --resume

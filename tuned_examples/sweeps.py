@@ -46,7 +46,7 @@ SWEEPS = {
         "stop_timesteps": ATARI_BUDGET,
         "num_envs_per_env_runner": ATARI_NUM_ENVS,
         "rollout": ATARI_ROLLOUT,
-        "metric": "env_runners/game_return_mean",
+        "metric": "env_runners/game_return_window_mean",  # the last 100 games
         "overrides": {"gym_env_vectorize_mode": "vector_entry_point", "entropy_coeff": 0.01,
                       "vf_loss_coeff": 0.25,
                       "min_sample_timesteps_per_iteration": ATARI_STEPS_PER_ITERATION},
@@ -57,7 +57,7 @@ SWEEPS = {
         "stop_timesteps": MINATAR_BUDGET,
         "num_envs_per_env_runner": MINATAR_NUM_ENVS,
         "rollout": MINATAR_ROLLOUT,
-        "metric": "env_runners/episode_return_mean",
+        "metric": "env_runners/episode_return_window_mean",  # the last 100 episodes
         "overrides": {"entropy_coeff": 0.01},
     },
 }
