@@ -754,7 +754,10 @@ class Progress:
 
     def _figures(self, line: Dict[str, Any], rate: float, pad: bool = True):
         left = max(self.budget - line["env_steps"], 0) / max(rate, 1e-9)
-        score, mi = line["score"], line["mutual_information"]
+        # The last 100 games/episodes where the run has the window, else the iteration's.
+        score = line.get("score_window")
+        score = line["score"] if score is None else score
+        mi = line["mutual_information"]
         score = "n/a" if score is None else f"{score:.2f}"
         mi = "n/a" if mi is None else f"{mi:+.4f}"
         if pad:

@@ -23,10 +23,14 @@ from hca_rllib.runner import (
 )
 
 
-def _result(iteration=3, steps=1536, game=None):
+def _result(iteration=3, steps=1536, game=None, window=None, game_window=None):
     env_runners = {"episode_return_mean": 12.5, "num_episodes": 4}
     if game is not None:
         env_runners["game_return_mean"] = game
+    if window is not None:
+        env_runners["episode_return_window_mean"] = window
+    if game_window is not None:
+        env_runners["game_return_window_mean"] = game_window
     return {
         "training_iteration": iteration,
         "num_env_steps_sampled_lifetime": steps,
@@ -46,6 +50,10 @@ def test_result_line_scores_the_game_where_there_is_one():
     json.dumps(line, allow_nan=False)
     atari = result_line(_result(game=-20.0), 10.0, 150.0)
     assert atari["score"] == -20.0 and atari["episode_return_mean"] == 12.5
+    assert line["score_window"] is None and atari["score_window"] is None  # no window stats
+    windowed = result_line(_result(game=-20.0, window=3.0, game_window=-18.5), 10.0, 150.0)
+    assert windowed["score_window"] == -18.5 and windowed["episode_return_window_mean"] == 3.0
+    assert result_line(_result(window=14.0), 10.0, 150.0)["score_window"] == 14.0
 
 
 def test_read_results_drops_a_torn_last_line(tmp_path):
@@ -124,6 +132,9 @@ def test_progress_shows_steps_rate_return_mi_and_time_left():
     text = stream.getvalue()
     for part in ("iter     3", "1,536/10,000", "150 steps/s", "return   12.50", "MI +0.0200 nats", "left 0m56s"):
         assert part in text, text
+    stream = io.StringIO()  # the last-100 window where the run has one
+    Progress(10_000, stream).show(result_line(_result(window=30.25), 10.0, 150.0), rate=150.0)
+    assert "return   30.25" in stream.getvalue()
 
 
 class FakeClock:
