@@ -29,7 +29,10 @@ class WindowMeanStats(ItemSeriesStats):
     order (exact across EnvRunners, where merging means of means is not) and keeps the
     last `window`; the root's reduce returns their mean and keeps them, and the values
     travel with the Algorithm's checkpoint (its MetricsLogger state). Registered under
-    the reduce name "window_mean" by `STATS_CLS_LOOKUP` (`HCAConfig` installs it)."""
+    the reduce name "window_mean" by `STATS_CLS_LOOKUP` (`HCAConfig` installs it).
+    Within one iteration the values of several EnvRunners arrive EnvRunner by EnvRunner,
+    so "the last N" is in that order there. Under RLlib's own evaluation (not used by this
+    project's commands) the evaluation window would span evaluation rounds."""
 
     stats_cls_identifier = WINDOW_REDUCE
 
