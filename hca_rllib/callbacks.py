@@ -25,14 +25,15 @@ class WindowMeanStats(ItemSeriesStats):
     episodes that ended in one iteration).
 
     A leaf (an EnvRunner's logger) sends every value logged since its last reduce and
-    starts empty, as `ItemSeriesStats` does; merging at the root concatenates them in
-    order (exact across EnvRunners, where merging means of means is not) and keeps the
-    last `window`; the root's reduce returns their mean and keeps them, and the values
-    travel with the Algorithm's checkpoint (its MetricsLogger state). Registered under
-    the reduce name "window_mean" by `STATS_CLS_LOOKUP` (`HCAConfig` installs it).
-    Within one iteration the values of several EnvRunners arrive EnvRunner by EnvRunner,
-    so "the last N" is in that order there. Under RLlib's own evaluation (not used by this
-    project's commands) the evaluation window would span evaluation rounds."""
+    starts empty, as `ItemSeriesStats` does; merging at the root concatenates them (every
+    episode counts once, where RLlib's merge of MeanStats averages the EnvRunners' means)
+    and keeps the last `window`; the root's reduce returns their mean and keeps them, and
+    the values travel with the Algorithm's checkpoint (its MetricsLogger state).
+    Registered under the reduce name "window_mean" by `STATS_CLS_LOOKUP` (`HCAConfig`
+    installs it). Within one iteration the values arrive EnvRunner by EnvRunner, so with
+    several EnvRunners "the last N" is in that order, not by end time: where one
+    EnvRunner alone ends N or more episodes in an iteration, the window holds only the
+    last-listed EnvRunner's (all share the same weights, so it is still a fair sample)."""
 
     stats_cls_identifier = WINDOW_REDUCE
 
@@ -51,6 +52,10 @@ class WindowMeanStats(ItemSeriesStats):
         return float(np.mean(items)) if len(items) else np.nan
 
     def reduce(self, compile: bool = True) -> Any:
+        # Only EnvRunners log these (GameScoreCallback), and the Algorithm's root logger
+        # aggregates them. A root's reduce(compile=False) returns the whole window: a root
+        # logger whose output were aggregated again (aggregator actors are root loggers)
+        # would count it again each iteration, so such a use needs another reduce.
         if not self.is_root:  # a leaf or an intermediate aggregator: pass the values on
             items = list(self.items)
             reduced = super().reduce(compile=False)
@@ -66,6 +71,13 @@ class WindowMeanStats(ItemSeriesStats):
         state = super().get_state()
         state["items"] = list(state["items"])  # a deque at a windowed leaf
         return state
+
+    def set_state(self, state: dict) -> None:
+        super().set_state(state)
+        self._set_items(list(state["items"]))  # a windowed leaf's push needs its deque back
+
+    def __repr__(self) -> str:
+        return f"WindowMeanStats(window={self._window}; len={len(self)})"
 
 
 STATS_CLS_LOOKUP = {**DEFAULT_STATS_CLS_LOOKUP, WINDOW_REDUCE: WindowMeanStats}

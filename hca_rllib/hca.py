@@ -248,6 +248,15 @@ class HCAConfig(AlgorithmConfig):
         self.min_sample_timesteps_per_iteration = 1
 
     @override(AlgorithmConfig)
+    def reporting(self, *, custom_stats_cls_lookup=NotProvided, **kwargs) -> "HCAConfig":
+        """RLlib's reporting settings; a `custom_stats_cls_lookup` is added to this
+        project's (RLlib's own plus "window_mean"), so the last-100 windows stay."""
+        if custom_stats_cls_lookup is not NotProvided:
+            custom_stats_cls_lookup = {**STATS_CLS_LOOKUP, **(custom_stats_cls_lookup or {})}
+        super().reporting(custom_stats_cls_lookup=custom_stats_cls_lookup, **kwargs)
+        return self
+
+    @override(AlgorithmConfig)
     def learners(self, *, learner_path=NotProvided, **kwargs) -> "HCAConfig":
         """RLlib's Learner settings; `learner_path`: "lean" or "rllib" (see `LEARNER_PATHS`)."""
         super().learners(**kwargs)

@@ -62,6 +62,26 @@ def test_window_is_the_last_n_values_across_iterations_and_a_checkpoint(n_leaves
         assert result["m"] == pytest.approx(float(np.mean(last)))
 
 
+def test_a_custom_stats_lookup_keeps_the_window_and_a_restored_leaf_keeps_its_deque():
+    from ray.rllib.utils.metrics.stats.mean import MeanStats
+
+    from hca_rllib import HCAConfig
+
+    class MyStats(MeanStats):
+        stats_cls_identifier = "mine"
+
+    config = HCAConfig().reporting(custom_stats_cls_lookup={"mine": MyStats})
+    assert config.stats_cls_lookup[WINDOW_REDUCE] is WindowMeanStats and config.stats_cls_lookup["mine"] is MyStats
+    assert config.copy().stats_cls_lookup[WINDOW_REDUCE] is WindowMeanStats
+    leaf = MetricsLogger(stats_cls_lookup=STATS_CLS_LOOKUP)
+    for value in range(5):
+        leaf.log_value("w", float(value), reduce=WINDOW_REDUCE, window=3)
+    again = MetricsLogger(stats_cls_lookup=STATS_CLS_LOOKUP)
+    again.set_state(leaf.get_state())
+    again.log_value("w", 9.0, reduce=WINDOW_REDUCE, window=3)  # a list here would fail (popleft)
+    assert list(again.stats["w"].items) == [3.0, 4.0, 9.0] and "WindowMeanStats" in repr(again.stats["w"])
+
+
 def test_window_values_stay_bounded_at_the_root():
     root, leaves = _loggers(2)
     for _ in range(50):
@@ -74,23 +94,31 @@ def test_window_values_stay_bounded_at_the_root():
 
 
 @pytest.mark.slow  # builds an Algorithm and trains
-def test_episode_window_of_a_training_run_against_every_episode(ray_local, tmp_path):
+@pytest.mark.parametrize("sampler", ["lean", "rllib"])
+def test_episode_window_of_a_training_run_against_every_episode(ray_local, tmp_path, sampler):
     """The Algorithm's `episode_return_window_mean` is the mean of the last 100 episodes'
-    exact returns (the EpisodeLog of the local EnvRunner), across iterations and across a
-    checkpoint restored into a new Algorithm; the results line carries it as `score_window`."""
+    returns (the EpisodeLog of the local EnvRunner), across iterations and across a
+    checkpoint restored into a new Algorithm; the results line carries it as `score_window`.
+    In the first iteration (under 100 episodes, one EnvRunner) it equals RLlib's own
+    `episode_return_mean`, which each sampler computes by its own route: the returns the
+    callback sums are the episodes' returns."""
     from hca_rllib import HCAConfig
 
     config = (HCAConfig().environment("CartPole-v1")
-              .env_runners(num_env_runners=0, num_envs_per_env_runner=4)
+              .env_runners(num_env_runners=0, num_envs_per_env_runner=4, sampler=sampler)
               .training(train_batch_size_per_learner=512, credit="a2c").debugging(seed=3))
     algo = config.build_algo()
     episodes = []
     try:
         log = EpisodeLog(algo.env_runner)
-        for _ in range(8):  # CartPole at the start: ~20-30 steps an episode, ~20 an iteration
+        for iteration in range(10):  # CartPole at the start: ~20-30 steps an episode, ~20 an iteration
             result = algo.train()
             episodes += [ret for ret, _ in log.new()]
             expected = float(np.mean(episodes[-100:]))
+            if iteration == 0:
+                assert 0 < len(episodes) < 100
+                assert result["env_runners"]["episode_return_window_mean"] == pytest.approx(
+                    result["env_runners"]["episode_return_mean"])
             assert result["env_runners"]["episode_return_window_mean"] == pytest.approx(expected)
             line = result_line(result, 1.0, 1.0)
             assert line["score_window"] == pytest.approx(expected) and line["game_return_window_mean"] is None
