@@ -553,8 +553,10 @@ def report(out: Path) -> str:
                      f"{', '.join(machines)} |")
     marks = [m for m in MARKS if any(r["env_steps"] >= m for r in records.values())]
     if marks:
-        lines += ["", f"Game score at equal agent steps (the mean of the curve over the "
-                  f"{SCORE_SPAN:,} agent steps up to the mark; blank: not reached):", "",
+        lines += ["", f"Game score at equal agent steps (the mean of the per-iteration scores over "
+                  f"the {SCORE_SPAN:,} agent steps up to the mark, read from every iteration when "
+                  f"the record is written, `score_at_marks`; blank: not reached), beside the "
+                  f"published A2C tracks at the same agent steps:", "",
                   "| record | " + " | ".join(f"{m / 1e6:g}M" for m in marks) + " |",
                   "|---|" + "---:|" * len(marks)]
         for game in sorted({r["game"] for r in records.values()}):
@@ -566,7 +568,8 @@ def report(out: Path) -> str:
                     fmt(track[m]) if m in track else "" for m in marks) + " |")
         lines += ["", "Each curve point is the mean of the games that ended in its iterations "
                   "(Ray 2.60's `episode_return_mean` and `game_return_mean` keep no window across "
-                  "iterations). All envs start a game together at a run's start and after each "
+                  "iterations; runs since the last-100 window was added also log "
+                  "`game_return_window_mean`). All envs start a game together at a run's start and after each "
                   "resume, so the short games end first and the curve dips for about one game's "
                   "length after a restart; the sessions column counts the restarts."]
     lines += ["", "Reference scores at 10M agent steps: "
