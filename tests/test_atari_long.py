@@ -179,11 +179,24 @@ def test_driver_stops_cleanly_when_tests_start(tmp_path):
     assert record["env_steps"] == rows[-1]["env_steps"]
 
 
+def _drive_here(tmp_path, cells, target_steps):
+    """`atari_long.drive` in this process (passes of 10 steps), its signal handlers put
+    back afterwards."""
+    from types import SimpleNamespace
+
+    args = SimpleNamespace(nice=19, core=0, out=tmp_path / "x", runs=tmp_path / "y", guard_names=["fake"],
+                           cells=cells, pass_steps=10, target_steps=target_steps, on_tests="pause")
+    previous = {s: atari_long.signal.getsignal(s) for s in (atari_long.signal.SIGTERM, atari_long.signal.SIGINT)}
+    try:
+        return atari_long.drive(args)
+    finally:
+        for s, handler in previous.items():
+            atari_long.signal.signal(s, handler)
+
+
 def test_a_pause_continues_the_same_cell(monkeypatch, tmp_path):
     """After a test-suite pause the paused cell's pass goes on (one restart), before the
     next cell's; a pass is never skipped. `run_cell` stubbed: the loop's order only."""
-    from types import SimpleNamespace
-
     calls, polls = [], iter([[], ["pytest (fake)"], []] + [[]] * 20)
     monkeypatch.setattr(atari_long, "lower_priority", lambda nice, core: {"nice": nice, "core": core})
     monkeypatch.setattr(atari_long, "running_tests", lambda names: next(polls))
@@ -194,14 +207,7 @@ def test_a_pause_continues_the_same_cell(monkeypatch, tmp_path):
         return "test suite running (fake)" if len(calls) == 1 else "done"
 
     monkeypatch.setattr(atari_long, "run_cell", run_cell)
-    args = SimpleNamespace(nice=19, core=0, out=tmp_path / "x", runs=tmp_path / "y", guard_names=["fake"],
-                           cells=["a", "b"], pass_steps=10, target_steps=20, on_tests="pause")
-    previous = {s: atari_long.signal.getsignal(s) for s in (atari_long.signal.SIGTERM, atari_long.signal.SIGINT)}
-    try:
-        assert atari_long.drive(args) == 0
-    finally:
-        for s, handler in previous.items():
-            atari_long.signal.signal(s, handler)
+    assert _drive_here(tmp_path, cells=["a", "b"], target_steps=20) == 0
     assert calls == [("a", 10), ("a", 10), ("b", 10), ("a", 20), ("b", 20)]
 
 
@@ -210,8 +216,6 @@ def test_drive_stops_only_a_ray_it_started(monkeypatch, tmp_path, up_before):
     """In the test process `drive` once stopped the session's shared Ray (conftest's
     ray_local): later tests on that xdist worker lost Tune's registered envs. It stops Ray
     only when Ray was not up before it ran (its cells started it)."""
-    from types import SimpleNamespace
-
     import ray
 
     state, stops = {"up": up_before}, []
@@ -225,14 +229,7 @@ def test_drive_stops_only_a_ray_it_started(monkeypatch, tmp_path, up_before):
         return "done"
 
     monkeypatch.setattr(atari_long, "run_cell", run_cell)
-    args = SimpleNamespace(nice=19, core=0, out=tmp_path / "x", runs=tmp_path / "y", guard_names=["fake"],
-                           cells=["a"], pass_steps=10, target_steps=10, on_tests="pause")
-    previous = {s: atari_long.signal.getsignal(s) for s in (atari_long.signal.SIGTERM, atari_long.signal.SIGINT)}
-    try:
-        assert atari_long.drive(args) == 0
-    finally:
-        for s, handler in previous.items():
-            atari_long.signal.signal(s, handler)
+    assert _drive_here(tmp_path, cells=["a"], target_steps=10) == 0
     assert stops == ([] if up_before else [1])
 
 
