@@ -120,21 +120,19 @@ class GameScoreCallback(RLlibCallback):
 
     def on_episode_end(self, *, episode, prev_episode_chunks=None, env_runner=None,
                        metrics_logger=None, **kwargs) -> None:
-        chunks = None
-        if env_runner is not None and EPISODES_ATTRIBUTE in env_runner.__dict__:
-            chunks = list(prev_episode_chunks or []) + [episode]
-            ret = float(sum(chunk.get_return() for chunk in chunks))
+        recorded = env_runner is not None and EPISODES_ATTRIBUTE in env_runner.__dict__
+        # Not where a config without STATS_CLS_LOOKUP runs this callback.
+        windowed = metrics_logger is not None and WINDOW_REDUCE in getattr(metrics_logger, "stats_cls_lookup", {})
+        if recorded or windowed:  # the episode's return, summed once over its chunks
+            ret = float(sum(chunk.get_return() for chunk in [*(prev_episode_chunks or []), episode]))
+        if recorded:
             env_runner.__dict__[EPISODES_ATTRIBUTE].append((ret, int(episode.t)))
             env_runner.__dict__[LAST_REWARDS_ATTRIBUTE].append(float(episode.get_rewards(-1)))
         if metrics_logger is None or len(episode) == 0:
             return
         window = getattr(getattr(env_runner, "config", None), "metrics_num_episodes_for_smoothing", 100)
-        windowed = WINDOW_REDUCE in getattr(metrics_logger, "stats_cls_lookup", {})
-        if windowed:  # not where a config without STATS_CLS_LOOKUP runs this callback
-            chunks = chunks if chunks is not None else list(prev_episode_chunks or []) + [episode]
-            metrics_logger.log_value("episode_return" + WINDOW_SUFFIX,
-                                     float(sum(chunk.get_return() for chunk in chunks)),
-                                     reduce=WINDOW_REDUCE, window=window)
+        if windowed:
+            metrics_logger.log_value("episode_return" + WINDOW_SUFFIX, ret, reduce=WINDOW_REDUCE, window=window)
         info = episode.get_infos(-1)
         if not isinstance(info, dict) or GAME_RETURN not in info:
             return
