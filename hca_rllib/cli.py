@@ -283,7 +283,7 @@ def make_parser() -> argparse.ArgumentParser:
 def main(argv: List[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
     from hca_rllib.envs import EnvResolutionError
-    from hca_rllib.runner import EXIT_DISK, CheckpointError, DiskWriteError, ResultsError
+    from hca_rllib.runner import EXIT_DISK, CheckpointError, DiskWriteError, RayStartError, ResultsError
 
     try:
         from hca_rllib.hca import default_paths
@@ -312,6 +312,9 @@ def main(argv: List[str] | None = None) -> int:
     except DiskWriteError as error:
         print(f"hca-rllib: error: {error}", file=sys.stderr)
         return EXIT_DISK
+    except RayStartError as error:
+        print(f"hca-rllib: error: {error}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("hca-rllib: interrupted; the last checkpoint is kept (resume with --resume)", file=sys.stderr)
         return 130

@@ -198,10 +198,11 @@ def write_file(path: Path, data: bytes) -> None:
 
 
 class ResultsFile:
-    """results.jsonl opened for appending, a line at a time. A line that fails to write
-    (a full disk) is cut off again, so the file ends on a whole line, and raises
-    DiskWriteError; were the cut to fail too, the torn last line is what `read_results`
-    skips."""
+    """results.jsonl opened for appending, a line at a time, each line synced to disk
+    before `append` returns (a crash or a power loss keeps every row reported). A line
+    that fails to write (a full disk) is cut off again, so the file ends on a whole line,
+    and raises DiskWriteError; were the cut to fail too, the torn last line is what
+    `read_results` skips."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
@@ -215,6 +216,7 @@ class ResultsFile:
             while data:
                 written = self.handle.write(data)
                 data = data[written:]
+            os.fsync(self.handle.fileno())
         except Exception as error:
             try:
                 self.handle.truncate(start)
@@ -892,14 +894,34 @@ def init_ray(address: Optional[str] = None) -> None:
         memory = psutil.virtual_memory().total
     except ImportError:
         memory = 8 * 2**30
-    ray.init(
-        address="local",
-        num_cpus=os.cpu_count() or 1,
-        include_dashboard=False,
-        object_store_memory=int(min(max(memory // 10, 300 * 2**20), 2 * 2**30)),
-        log_to_driver=False,
-        _node_ip_address="127.0.0.1",
-    )
+    for attempt in (1, 2):
+        try:
+            ray.init(
+                address="local",
+                num_cpus=os.cpu_count() or 1,
+                include_dashboard=False,
+                object_store_memory=int(min(max(memory // 10, 300 * 2**20), 2 * 2**30)),
+                log_to_driver=False,
+                _node_ip_address="127.0.0.1",
+            )
+            return
+        except Exception as error:  # noqa: BLE001 - Ray raises a bare Exception here
+            if NODE_START_TIMEOUT not in str(error):
+                raise
+            ray.shutdown()  # stops what the failed start left running
+            if attempt == 2:
+                raise RayStartError(f"Ray's node did not start within Ray's limit, twice ({error}); "
+                                    f"the machine may be overloaded") from None
+            print("warning: Ray's node did not start within Ray's limit; trying once more", file=sys.stderr)
+
+
+# What Ray (2.60, `ray._private.node`) raises when its raylet does not register within
+# its fixed 30 s: a loaded machine, not a broken install, so an embedded start is retried.
+NODE_START_TIMEOUT = "timed out during startup"
+
+
+class RayStartError(RuntimeError):
+    """The embedded Ray did not start (one line, for the CLI)."""
 
 
 def training_iterations(algo, stop_timesteps: int, start: Optional[Dict[str, Any]] = None
@@ -965,6 +987,7 @@ def run_training(
 
         torch.set_num_threads(torch_threads)
     run_dir = user_path(run_dir)
+    made_run_dir = not run_dir.exists()
     with writing("creating the run directory", run_dir):
         run_dir.mkdir(parents=True, exist_ok=True)
     results_path = run_dir / "results.jsonl"
@@ -982,7 +1005,12 @@ def run_training(
             warn(f"no valid checkpoint in {str(run_dir)!r}: starting from scratch")
         else:
             check_checkpoint_fits(checkpoint, config)
-    init_ray(address)
+    try:
+        init_ray(address)
+    except BaseException:
+        if made_run_dir:  # no half-made run directory for the next try to trip over
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
     algo = config.build_algo()
     loggers: List[Any] = []
     display: Optional[Progress] = None

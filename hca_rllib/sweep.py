@@ -18,11 +18,11 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 from hca_rllib.credit import CREDIT_MODES
-from hca_rllib.runner import (read_results, result_line, user_path, wandb_logger_callback, wandb_mode,
-                              write_file)
+from hca_rllib.runner import (ResultsFile, read_results, result_line, user_path, wandb_logger_callback,
+                              wandb_mode, write_file)
 
 
 def trial_resources(num_env_runners: int, cpus_per_env_runner: float) -> float:
@@ -60,6 +60,22 @@ def _fetch_trial_files(trial, path: Path) -> None:
                                   source_filesystem=trial.storage.storage_filesystem)
         except FileNotFoundError:  # a trial starting for the first time
             pass
+
+
+def _push_trial_files(trial) -> None:
+    """Copy the trial's files from the driver's staging directory to the sweep's storage.
+
+    A trial that Tune restarts from a checkpoint (a retry after a failure) gets its
+    `result.json` and `progress.csv` back from storage: Tune's loggers copy the stored
+    files over the driver's before appending. The stored copies are only as new as Tune's
+    last sync of the experiment, so rows reported after that sync would be lost; pushed
+    here first, the copies Tune restores are whole."""
+    import pyarrow.fs
+
+    local = Path(trial.local_path)
+    if local.is_dir():
+        pyarrow.fs.copy_files(str(local), str(trial.path),
+                              destination_filesystem=trial.storage.storage_filesystem)
 
 
 def make_run_files_callback(stop_timesteps: Optional[int] = None):
@@ -106,9 +122,12 @@ def make_run_files_callback(stop_timesteps: Optional[int] = None):
                 # Atomic and durable (temporary synced, renamed, directory synced).
                 write_file(results, "".join(json.dumps(x) + "\n" for x in kept + [line]).encode())
             else:
-                with open(results, "a") as f:
-                    f.write(json.dumps(line) + "\n")
+                with ResultsFile(results) as f:  # appended and synced, a whole line or none
+                    f.append(line)
             self.last_iteration[trial.trial_id] = line["iteration"]
+
+        def on_trial_recover(self, iteration, trials, trial, **info):
+            _push_trial_files(trial)  # before Tune's loggers restore them (a retry)
 
     return RunFilesCallback()
 
@@ -423,8 +442,10 @@ def run_sweep(
     resume: bool = False,
     report: bool = True,
     max_concurrent: Optional[int] = None,
+    callbacks: Sequence[Any] = (),
 ):
-    """Run the sweep; returns (tune ResultGrid, report path or None)."""
+    """Run the sweep; returns (tune ResultGrid, report path or None). `callbacks`: more
+    Tune callbacks, after the sweep's own (its run files, checkpoint pruning, W&B)."""
     import ray
     from ray import tune
 
@@ -457,10 +478,11 @@ def run_sweep(
 
     chosen = make_scheduler(scheduler, stop_timesteps)
 
-    callbacks = [make_run_files_callback(stop_timesteps), make_checkpoint_pruner(scheduler=chosen)]
+    tune_callbacks = [make_run_files_callback(stop_timesteps), make_checkpoint_pruner(scheduler=chosen)]
     mode = wandb_mode(wandb)
     if mode is not None:
-        callbacks.append(wandb_logger_callback(project=wandb_project, group=name, mode=mode))
+        tune_callbacks.append(wandb_logger_callback(project=wandb_project, group=name, mode=mode))
+    tune_callbacks.extend(callbacks)
     param_space = build_param_space(envs, credits, seeds, overrides or {}, num_env_runners,
                                     num_envs_per_env_runner, cpus_per_env_runner)
     if resume:
@@ -488,7 +510,7 @@ def run_sweep(
                 checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=checkpoint_every,
                                                         checkpoint_at_end=True, num_to_keep=None),  # pruned by make_checkpoint_pruner
                 failure_config=tune.FailureConfig(max_failures=max_failures),
-                callbacks=callbacks,
+                callbacks=tune_callbacks,
                 verbose=1,
             ),
         )

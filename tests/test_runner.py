@@ -427,3 +427,86 @@ def test_write_file_syncs_the_file_then_the_directory_after_the_rename(tmp_path,
     monkeypatch.setattr(runner.os, "fsync", refusing)
     runner.write_file(tmp_path / "run.json", b"[1]")
     assert (tmp_path / "run.json").read_bytes() == b"[1]"
+
+
+class FakeRay:
+    """`ray.init` that times out in Ray's node start `failures` times, then starts."""
+
+    def __init__(self, failures):
+        self.failures, self.calls = failures, []
+
+    def init(self, **kwargs):
+        self.calls.append("init")
+        if self.failures:
+            self.failures -= 1
+            raise Exception("The current node timed out during startup. This could happen because ...")
+
+    def shutdown(self):
+        self.calls.append("shutdown")
+
+
+def _fake_ray(monkeypatch, failures):
+    import ray
+
+    fake = FakeRay(failures)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", fake.init)
+    monkeypatch.setattr(ray, "shutdown", fake.shutdown)
+    return fake
+
+
+def test_an_embedded_ray_that_times_out_starting_is_stopped_and_started_once_more(monkeypatch, capsys):
+    from hca_rllib.runner import init_ray
+
+    fake = _fake_ray(monkeypatch, failures=1)
+    init_ray()
+    assert fake.calls == ["init", "shutdown", "init"]
+    assert "did not start within Ray's limit; trying once more" in capsys.readouterr().err
+
+
+def test_a_second_time_out_is_one_line_and_leaves_no_half_made_run_directory(monkeypatch, tmp_path):
+    from hca_rllib.runner import RayStartError, run_training
+
+    fake = _fake_ray(monkeypatch, failures=2)
+    config = HCAConfig().environment("CartPole-v1")
+    with pytest.raises(RayStartError, match=r"^Ray's node did not start within Ray's limit, twice \(The current node "
+                                            r"timed out during startup[^\n]*overloaded$"):
+        run_training(config, tmp_path / "run", 1000, run_info={}, tensorboard=False, wandb="off")
+    assert fake.calls == ["init", "shutdown", "init", "shutdown"]
+    assert not (tmp_path / "run").exists()  # a retried `train` starts clean
+    (tmp_path / "kept").mkdir()  # a directory the user had stays
+    fake.failures = 2
+    with pytest.raises(RayStartError):
+        run_training(config, tmp_path / "kept", 1000, run_info={}, tensorboard=False, wandb="off")
+    assert (tmp_path / "kept").is_dir()
+
+
+def test_other_ray_start_errors_are_not_retried(monkeypatch):
+    import ray
+
+    from hca_rllib.runner import init_ray
+
+    calls = []
+
+    def broken(**kwargs):
+        calls.append(kwargs)
+        raise ValueError("object_store_memory is too large")
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", broken)
+    with pytest.raises(ValueError, match="too large"):
+        init_ray()
+    assert len(calls) == 1
+
+
+def test_the_cli_says_a_failed_ray_start_in_one_line(monkeypatch, tmp_path, capsys):
+    from hca_rllib.cli import main
+
+    _fake_ray(monkeypatch, failures=2)
+    code = main(["train", "--env", "CartPole-v1", "--stop-timesteps", "1000", "--output", str(tmp_path / "run"),
+                 "--wandb", "off", "--no-tensorboard"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and err[-1].startswith("hca-rllib: error: Ray's node did not start within Ray's limit, twice")
+    assert not (tmp_path / "run").exists()

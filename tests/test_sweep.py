@@ -48,28 +48,55 @@ def test_sweep_2_envs_x_2_credits_x_2_seeds_completes_with_a_report(tmp_path):
         assert f"| {env} | A2C | 2 |" in page and f"| {env} | HCA (hca) | 2 |" in page
 
 
+class ReportedRows:
+    """A Tune callback that records every row the driver receives, and plays the race
+    that lost rows: once the trial has reported twice, the stored copy of its
+    `result.json` holds only the first row, as after a Tune sync that ran between the
+    two (Tune restores that copy over the driver's when it retries the trial)."""
+
+    def __init__(self, marker: Path):
+        from ray.tune import Callback
+
+        class Recorder(Callback):
+            def on_trial_result(inner, iteration, trials, trial, result, **info):  # noqa: N805
+                self.iterations.append(result["training_iteration"])
+                if result["training_iteration"] == 2 and not marker.exists():
+                    first = Path(trial.local_path, "result.json").read_text().splitlines()[:1]
+                    Path(trial.path, "result.json").write_text("".join(x + "\n" for x in first))
+
+        self.iterations = []
+        self.callback = Recorder()
+
+
 @pytest.mark.slow  # Tune trials
-@pytest.mark.parametrize("kill", [False, True], ids=["raises", "sigkill"])
-def test_failed_trial_is_retried_from_its_checkpoint(ray_local, tmp_path, kill):
-    """The trial's env fails mid-run in the trial's own process: by an exception, or by
-    SIGKILL of the whole trial process (a crash, an OOM kill)."""
+@pytest.mark.parametrize("kill, fail_at_step", [
+    (False, 700), (True, 100), (True, 600), (True, 1100), (True, 1500),
+], ids=["raises-iter3", "sigkill-iter1", "sigkill-iter3", "sigkill-iter5", "sigkill-iter6"])
+def test_a_failed_trial_resumes_from_its_checkpoint_and_no_reported_row_is_lost(
+        ray_local, tmp_path, monkeypatch, kill, fail_at_step):
+    """The trial's env fails in the trial's own process (an exception, or SIGKILL of the
+    whole process: a crash, an OOM kill) in iteration 1, 3, 5 or 6 of 6 (256 steps each),
+    and Tune retries it from its last checkpoint. Every row the driver received is in
+    both Tune's `result.json` and the run's `results.jsonl`, once, in order."""
+    monkeypatch.setenv("TUNE_GLOBAL_CHECKPOINT_S", "600")  # no periodic sync repairs the stale copy
     marker = tmp_path / "failed_once"
+    reported = ReportedRows(marker)
     results, _ = run_sweep(
         envs=["hca_rllib.testing:FailOnce-v0"], credits=["hca"], seeds=[0], stop_timesteps=1536,
         storage_path=str(tmp_path), name="retry", num_envs_per_env_runner=4,
-        overrides={"env_config": {"env_id": "CartPole-v1", "fail_at_step": 700, "marker": str(marker),
+        overrides={"env_config": {"env_id": "CartPole-v1", "fail_at_step": fail_at_step, "marker": str(marker),
                                   "kill": kill},
                    "train_batch_size_per_learner": 256},
-        checkpoint_every=1, max_failures=2, wandb="off", report=False,
+        checkpoint_every=1, max_failures=2, wandb="off", report=False, callbacks=[reported.callback],
     )
     assert marker.exists()  # the trial did fail once
     assert not results.errors
+    assert reported.iterations == list(range(1, 7))  # resumed from the checkpoint: no row reported twice
     trial = next(p for p in (tmp_path / "retry").iterdir() if (p / "result.json").exists())
-    reported = [json.loads(x)["training_iteration"] for x in (trial / "result.json").read_text().splitlines()]
-    # Resumed from the checkpoint: iterations never start over from 1.
-    assert reported == sorted(set(reported)) and reported[0] == 1 and len(reported) >= 6
-    lines = [json.loads(x) for x in (trial / "results.jsonl").read_text().splitlines()]
-    assert [x["iteration"] for x in lines] == reported
+    tune_rows = [json.loads(x)["training_iteration"] for x in (trial / "result.json").read_text().splitlines()]
+    assert tune_rows == reported.iterations
+    lines = read_results(trial / "results.jsonl")
+    assert [x["iteration"] for x in lines] == reported.iterations
     assert lines[-1]["env_steps"] >= 1536
 
 
