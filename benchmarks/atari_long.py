@@ -693,25 +693,30 @@ def quick(args) -> int:
 def main(argv=None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    from hca_rllib.cli import OneLineParser, float_argument, int_argument, output_directory_argument
+
+    # A bad argument: one line and exit status 2, before any cell starts.
+    parser = OneLineParser(description=__doc__.splitlines()[0], epilog=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cells", nargs="+", choices=list(CELLS) + [QUICK_CELL], default=None,
                         help=f"default: all of {list(CELLS)}")
-    parser.add_argument("--target-steps", type=int, default=None,
+    parser.add_argument("--target-steps", type=int_argument(1), default=None,
                         help=f"agent steps per cell (default {TARGET_STEPS:,}; the goal is >= 3M)")
-    parser.add_argument("--pass-steps", type=int, default=PASS_STEPS,
+    parser.add_argument("--pass-steps", type=int_argument(1), default=PASS_STEPS,
                         help="agent steps a cell trains before the next cell's turn")
-    parser.add_argument("--checkpoint-minutes", type=float, default=3.0,
+    parser.add_argument("--checkpoint-minutes", type=float_argument(0.0, 10_000.0, low_open=True), default=3.0,
                         help="checkpoint after this many minutes of training (default 3)")
-    parser.add_argument("--record-minutes", type=float, default=10.0,
+    parser.add_argument("--record-minutes", type=float_argument(0.0, 10_000.0, low_open=True), default=10.0,
                         help="rewrite each training cell's record this often mid-run (default 10), "
                              "besides at each pass's end and stop")
-    parser.add_argument("--nice", type=int, default=19)
-    parser.add_argument("--core", type=int, default=None, help="the one core (default: the last)")
+    parser.add_argument("--nice", type=int_argument(-20, 19), default=19)
+    parser.add_argument("--core", type=int_argument(0, (os.cpu_count() or 1) - 1), default=None,
+                        help="the one core (default: the last)")
     parser.add_argument("--on-tests", choices=["pause", "stop"], default="pause",
                         help="while the test suite runs: wait (pause) or exit 75 (stop)")
-    parser.add_argument("--out", type=Path, default=None, help=f"records (default {DEFAULT_OUT})")
-    parser.add_argument("--runs", type=Path, default=None, help=f"run directories (default {DEFAULT_RUNS})")
+    parser.add_argument("--out", type=output_directory_argument, default=None, help=f"records (default {DEFAULT_OUT})")
+    parser.add_argument("--runs", type=output_directory_argument, default=None,
+                        help=f"run directories (default {DEFAULT_RUNS})")
     parser.add_argument("--new-attempt", action="store_true",
                         help="a cell whose record is ahead of its run directory (no checkpoint "
                              "here: a new machine): keep the record as <cell>.attemptN.json and "

@@ -841,11 +841,11 @@ def write_probe_report(result: Dict[str, Any], out) -> Path:
 
 
 def add_probe_arguments(parser):
-    from hca_rllib.cli import SEED, float_argument, int_argument, path_argument
+    from hca_rllib.cli import SEED, float_argument, input_directory_argument, int_argument, output_directory_argument
 
     parser.add_argument("--env", default=None,
                         help="environment id (as for train); default with --checkpoint: the checkpoint's")
-    parser.add_argument("--checkpoint", type=path_argument, default=None,
+    parser.add_argument("--checkpoint", type=input_directory_argument, default=None,
                         help="probe a trained policy: a checkpoint or run directory (default: uniform random)")
     parser.add_argument("--episodes", type=int_argument(MIN_EPISODES), default=DEFAULT_EPISODES,
                         help=f"complete episodes to collect (default {DEFAULT_EPISODES})")
@@ -861,7 +861,7 @@ def add_probe_arguments(parser):
     parser.add_argument("--seed", type=SEED, default=0)
     parser.add_argument("--set-env", action="append", default=[], metavar="KEY=VALUE",
                         help="env_config entry, e.g. --set-env length=30")
-    parser.add_argument("--output", type=path_argument, default="runs/probe",
+    parser.add_argument("--output", type=output_directory_argument, default="runs/probe",
                         help="directory for probe.md, probe.json and the plots")
     return parser
 

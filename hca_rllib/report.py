@@ -433,24 +433,28 @@ def _group_summary(group: Group, final_fraction: float) -> Dict[str, Any]:
     return summary
 
 
+class NoRunsError(FileNotFoundError):
+    """No run to report: none found, or none with a score yet."""
+
+
 def write_report(run_dirs: List[Path], out: Path, *, final_fraction: float = 0.1) -> Path:
     """Write learning curves, diagnostics, `report.md` and `report.json` for the runs at
     or below `run_dirs` into `out`; returns the path of `report.md`.
 
-    Raises FileNotFoundError when a path does not exist or no run directory is found,
-    ValueError for a `final_fraction` outside (0, 1]."""
+    Raises FileNotFoundError when a path does not exist, NoRunsError (a
+    FileNotFoundError) when no run directory is found or none has a score yet (nothing is
+    written then), ValueError for a `final_fraction` outside (0, 1]."""
     if not 0 < final_fraction <= 1:
         raise ValueError(f"final_fraction must be in (0, 1], got {final_fraction}")
     run_dirs = [user_path(p) for p in run_dirs]
     directories = find_run_dirs(run_dirs)
     if not directories:
-        raise FileNotFoundError(
+        raise NoRunsError(
             f"no run directory (with {RUN_FILE} and {RESULTS_FILE}) at or below: "
             + ", ".join(str(p) for p in run_dirs))
     out = user_path(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"report output {str(out)!r} is a file, not a directory")
-    out.mkdir(parents=True, exist_ok=True)
 
     notes: List[str] = []
     skipped: List[Dict[str, str]] = []
@@ -477,6 +481,12 @@ def write_report(run_dirs: List[Path], out: Path, *, final_fraction: float = 0.1
             if not run.has("score"):
                 continue  # nothing to draw either
         runs.append(run)
+    if not runs:  # nothing to draw or tabulate: no report rather than an empty one
+        raise NoRunsError(
+            f"no run with a score at or below {', '.join(str(p) for p in run_dirs)} "
+            f"({len(directories)} run director{'y' if len(directories) == 1 else 'ies'}: "
+            f"{skipped[0]['reason']}{' ...' if len(skipped) > 1 else ''})")
+    out.mkdir(parents=True, exist_ok=True)
 
     groups = _group_runs(runs)
     methods = sorted({run.method for run in runs}, key=_method_order)
@@ -656,13 +666,13 @@ def _markdown(data: Dict[str, Any], found: int) -> str:
 
 def add_report_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the arguments of `hca-rllib report` to `parser` (a subparser)."""
-    from hca_rllib.cli import path_argument
+    from hca_rllib.cli import float_argument, input_directory_argument, output_directory_argument
 
-    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", type=path_argument,
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", type=input_directory_argument,
                         help="run directories (run.json + results.jsonl) or directories above them")
-    parser.add_argument("--output", default="runs/report", type=path_argument,
+    parser.add_argument("--output", default="runs/report", type=output_directory_argument,
                         help="directory for report.md, report.json and the figures")
-    parser.add_argument("--final-fraction", type=float, default=0.1,
+    parser.add_argument("--final-fraction", type=float_argument(0.0, 1.0, low_open=True), default=0.1,
                         help="final score: mean over this trailing fraction of iterations "
                              "(default 0.1)")
     return parser

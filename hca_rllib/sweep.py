@@ -132,6 +132,8 @@ def make_run_files_callback(stop_timesteps: Optional[int] = None):
     return RunFilesCallback()
 
 
+MAX_CPUS_PER_ENV_RUNNER = 1024.0  # more per EnvRunner than any node has: a typo
+
 KEEP_CHECKPOINTS = 2  # per trial, besides any the saved experiment state still names
 
 
@@ -364,6 +366,114 @@ def build_param_space(envs: List[str], credits: List[str], seeds: List[int], ove
         space[key[len("grid:"):]] = tune.grid_search(values)
     return space
 
+# ------------------------------------------------------------------ --metric
+
+# The numbers a trial reports (`Algorithm.train()`'s result, nested keys joined with '/'),
+# as Ray 2.60's RLlib and this package name them, by prefix: recorded from one-iteration
+# runs of every credit mode, with the lean and the RLlib paths (HCA_RLLIB_PATHS), with
+# remote EnvRunners and with evaluation on, plus the names only some runs log (the Atari
+# game scores of `callbacks.GameScoreCallback`, an EnvRunner's step failures).
+# tests/test_sweep_pruning.py::test_every_reported_metric_is_known trains one iteration
+# and checks that every number it reports is named here, so that a new name in RLlib or
+# in this package cannot be refused silently.
+_ENV_RUNNER_METRICS = (
+    "agent_episode_return_mean/default_agent", "env_reset_timer", "env_step_timer",
+    "env_to_module_connector/connector_pipeline_timer", "env_to_module_sum_episodes_length_in",
+    "env_to_module_sum_episodes_length_out", "episode_duration_sec_mean", "episode_len_max",
+    "episode_len_mean", "episode_len_min", "episode_return_max", "episode_return_mean",
+    "episode_return_min", "episode_return_window_mean", "module_episode_return_mean/default_policy",
+    "module_to_env_connector/connector_pipeline_timer", "num_agent_steps_sampled/default_agent",
+    "num_agent_steps_sampled_lifetime/default_agent", "num_env_steps_sampled",
+    "num_env_steps_sampled_lifetime", "num_env_steps_sampled_lifetime_throughput/throughput_since_last_reduce",
+    "num_env_steps_sampled_lifetime_throughput/throughput_since_last_restore", "num_episodes",
+    "num_episodes_lifetime", "num_module_steps_sampled/default_policy",
+    "num_module_steps_sampled_lifetime/default_policy", "rlmodule_inference_timer", "sample",
+    "time_between_sampling", "weights_seq_no", "num_env_step_failures_lifetime",
+)
+# Logged only where episodes carry `info["game_return"]`: the Atari wrappers.
+_GAME_METRICS = ("game_return_mean", "game_return_max", "game_return_min", "game_return_window_mean",
+                 "game_length_mean")
+_LEARNER_METRICS = {
+    "__all_modules__": (
+        "learner_connector/connector_pipeline_timer", "learner_connector_sum_episodes_length_in",
+        "learner_connector_sum_episodes_length_out", "num_env_steps_trained", "num_env_steps_trained_lifetime",
+        "num_env_steps_trained_lifetime_throughput/throughput_since_last_reduce",
+        "num_env_steps_trained_lifetime_throughput/throughput_since_last_restore",
+        "num_env_steps_trained_throughput", "num_module_steps_trained", "num_module_steps_trained_lifetime",
+        "num_module_steps_trained_lifetime_throughput/throughput_since_last_reduce",
+        "num_module_steps_trained_lifetime_throughput/throughput_since_last_restore",
+        "num_module_steps_trained_throughput", "num_non_trainable_parameters", "num_skipped_updates",
+        "num_trainable_parameters"),
+    "default_policy": (
+        "advantage_mean", "c2a2c/mask_fraction", "credit/decision_trust", "credit/trust", "credit/trust_scale",
+        "credit/trust_z", "default_optimizer_learning_rate", "diff_num_grad_updates_vs_sampler_policy",
+        "entropy", "gradients_default_optimizer_global_norm", "gradients_hindsight_global_norm",
+        "hca/advantage_correlation", "hca/clip_fraction", "hca/ratio_max", "hca/ratio_mean", "hca/ratio_median",
+        "hca/ratio_p99", "hindsight/accuracy", "hindsight_learning_rate", "hindsight_loss",
+        "hindsight_loss_extra_passes", "info/mutual_information", "module_train_batch_size_mean",
+        "num_module_steps_trained", "num_module_steps_trained_lifetime",
+        "num_module_steps_trained_lifetime_throughput/throughput_since_last_reduce",
+        "num_module_steps_trained_lifetime_throughput/throughput_since_last_restore",
+        "num_trainable_parameters", "policy/accuracy", "policy_loss", "total_loss", "vf_explained_var",
+        "vf_loss", "weights_seq_no"),
+}
+_TOP_METRICS = (
+    "training_iteration", "iterations_since_restore", "time_total_s", "time_this_iter_s", "time_since_restore",
+    "timestamp", "num_env_steps_sampled_lifetime", "num_training_step_calls_per_iteration",
+    "env_runner_group/actor_manager_num_outstanding_async_reqs",
+    "fault_tolerance/num_env_runners_dropped_lifetime", "fault_tolerance/num_healthy_workers",
+    "fault_tolerance/num_remote_worker_restarts",
+    *(f"timers/{t}" for t in ("env_runner_sampling_timer", "learner_update_timer", "restore_env_runners",
+                              "synch_env_connectors", "synch_weights", "training_iteration", "training_step")),
+)
+_EVALUATION_METRICS = (
+    "evaluation/actor_manager_num_outstanding_async_reqs", "evaluation/num_env_runners_dropped_lifetime",
+    "evaluation/num_healthy_workers", "evaluation/num_remote_worker_restarts",
+    "timers/evaluation_iteration", "timers/restore_eval_env_runners", "timers/synch_eval_env_connectors",
+)
+# Timers named after the pieces of a connector pipeline (RLlib's and any a config adds):
+# an open set, so any name below these is taken. No scheduler should rank by a timer.
+_OPEN_PREFIXES = ("env_runners/env_to_module_connector/timers/",
+                  "env_runners/module_to_env_connector/timers/",
+                  "learners/__all_modules__/learner_connector/timers/")
+
+
+def reported_metrics(envs: List[str], overrides: Dict[str, Any]) -> List[str]:
+    """The names of the numbers every trial of this sweep can report (sorted): the game
+    scores only when an environment is an Atari one (`atari/...`, `atari-machado/...`)
+    or a module's own ('module:Env-v0', which may emit them); evaluation's only when
+    `--set [grid:]evaluation_interval` is given."""
+    runners = list(_ENV_RUNNER_METRICS)
+    if any(env.startswith("atari") or ":" in env for env in envs):
+        runners += _GAME_METRICS
+    names = [*_TOP_METRICS, *(f"env_runners/{m}" for m in runners),
+             *(f"learners/{module}/{m}" for module, leaves in _LEARNER_METRICS.items() for m in leaves)]
+    if any(key.removeprefix("grid:") == "evaluation_interval" and value for key, value in overrides.items()):
+        names += [*_EVALUATION_METRICS, *(f"evaluation/env_runners/{m}" for m in runners)]
+    return sorted(set(names))
+
+
+def check_metric(metric: str, envs: List[str], overrides: Dict[str, Any]) -> None:
+    """ValueError (one line) for a `--metric` no trial of this sweep reports: Tune's
+    schedulers wait for it and never stop a trial, so the sweep would run every trial to
+    its end (ASHA) or never exploit (PBT). Names the closest reported ones and the count."""
+    import difflib
+
+    known = reported_metrics(envs, overrides)
+    if metric in known or metric.startswith(_OPEN_PREFIXES):
+        return
+    if metric.startswith("config/"):
+        raise ValueError(f"--metric {metric!r} is a setting of the trial, not a result to maximise")
+    why = ""
+    if metric.removeprefix("env_runners/") in _GAME_METRICS:
+        why = " (game scores come from Atari environments only)"
+    elif metric.startswith("evaluation/"):
+        why = " (evaluation runs only with --set evaluation_interval=N)"
+    close = difflib.get_close_matches(metric, known, n=4, cutoff=0.5)
+    raise ValueError(f"--metric {metric!r}: no trial reports it{why}; closest: {', '.join(close) or '-'} "
+                     f"(of {len(known)} names, e.g. env_runners/episode_return_window_mean)")
+
+
 SWEEP_FILE = "sweep.json"
 
 # What a sweep was started with, by the flag that sets it: Tune restores all of it from
@@ -461,6 +571,7 @@ def run_sweep(
     if bad:
         raise ValueError(f"unknown credit mode(s) {bad}; choose from {list(CREDIT_MODES)}")
     check_grids(credits, overrides or {})  # before Ray starts
+    check_metric(metric, envs, overrides or {})
     storage = storage_path if "://" in storage_path else str(user_path(storage_path))  # Tune: absolute
     experiment = f"{storage}/{name}" if "://" in storage else str(Path(storage) / name)
     settings = sweep_settings(envs=envs, credits=credits, seeds=seeds, stop_timesteps=stop_timesteps,
@@ -519,7 +630,12 @@ def run_sweep(
     if report and "://" not in experiment:
         from hca_rllib.report import write_report
 
-        page = write_report([Path(experiment)], Path(experiment) / "report")
+        from hca_rllib.report import NoRunsError
+
+        try:
+            page = write_report([Path(experiment)], Path(experiment) / "report")
+        except NoRunsError as error:  # every trial failed before its first result
+            print(f"hca-rllib sweep: no report: {error}", file=sys.stderr)
     return results, page
 
 
@@ -558,7 +674,8 @@ def check_sweep_config(overrides: Dict[str, Any], num_env_runners: int, num_envs
 
 
 def add_sweep_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    from hca_rllib.cli import float_argument, int_argument, name_argument, storage_argument
+    from hca_rllib.cli import (address_argument, float_argument, int_argument, name_argument, storage_argument,
+                               wandb_project_argument)
 
     parser.add_argument("--envs", required=True, help="comma-separated env ids, e.g. atari/Pong,atari/Breakout")
     parser.add_argument("--credits", default="a2c,hca", help=f"comma-separated, from {','.join(CREDIT_MODES)}")
@@ -569,11 +686,14 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
                              "'grid:' sweeps it (e.g. --set 'grid:lr=[3e-4,7e-4]')")
     parser.add_argument("--num-env-runners", type=int_argument(0), default=0)
     parser.add_argument("--num-envs-per-env-runner", type=int_argument(1), default=8)
-    parser.add_argument("--cpus-per-env-runner", type=float_argument(0.0), default=0.5)
+    parser.add_argument("--cpus-per-env-runner", type=float_argument(0.0, MAX_CPUS_PER_ENV_RUNNER), default=0.5)
     parser.add_argument("--scheduler", default="none", choices=["none", "asha", "pbt"])
     parser.add_argument("--metric", type=name_argument, default="env_runners/episode_return_window_mean",
-                        help="what ASHA/PBT maximise: the mean over the last 100 episodes (Atari: "
-                             "env_runners/game_return_window_mean, the last 100 games)")
+                        help="what ASHA/PBT maximise, a number every trial reports: the mean over the "
+                             "last 100 episodes (Atari: env_runners/game_return_window_mean, the last "
+                             "100 games), or another of `Algorithm.train()`'s results, e.g. "
+                             "env_runners/episode_return_mean, learners/default_policy/vf_explained_var; "
+                             "an unknown name is refused, naming the closest")
     parser.add_argument("--max-failures", type=int_argument(-1), default=2,
                         help="retries per trial, from its checkpoint (-1: no limit)")
     parser.add_argument("--max-concurrent", type=int_argument(1), default=None,
@@ -585,8 +705,9 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument("--name", type=_sweep_name, default="sweep", help="the experiment directory under --output")
     parser.add_argument("--resume", action="store_true", help="continue the sweep --output/--name")
     parser.add_argument("--wandb", default="auto", choices=["auto", "online", "offline", "off"])
-    parser.add_argument("--wandb-project", type=name_argument, default="hca-rllib")
-    parser.add_argument("--address", default=None)
+    parser.add_argument("--wandb-project", type=wandb_project_argument, default="hca-rllib")
+    parser.add_argument("--address", type=address_argument, default=None,
+                        help="Ray cluster address (default: RAY_ADDRESS or embedded Ray)")
     return parser
 
 
@@ -606,6 +727,10 @@ def sweep_command(args: argparse.Namespace) -> int:
         raise UsageError(f"--seeds must be comma-separated integers in [0, {MAX_COUNT}], got {args.seeds!r}")
     if not split(args.envs):
         raise UsageError(f"--envs must name at least one environment, got {args.envs!r}")
+    for flag, values in (("--envs", split(args.envs)), ("--credits", split(args.credits)), ("--seeds", seeds)):
+        twice = sorted({str(v) for v in values if values.count(v) > 1})
+        if twice:  # the same trials twice, under one name
+            raise UsageError(f"{flag} lists {', '.join(twice)} more than once")
     credits = split(args.credits)
     bad = [c for c in credits if c not in CREDIT_MODES]
     if not credits or bad:

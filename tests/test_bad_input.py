@@ -1,17 +1,20 @@
-"""Bad input, table-driven: malformed values for every flag of every `hca-rllib`
-subcommand (train, evaluate, report, sweep) and for `--set` of every config field.
+"""Bad input, table-driven: malformed values for every flag of every command: the
+`hca-rllib` subcommands (train, evaluate, report, sweep, probe), `--set` of every config
+field, and the scripts users run with their own parsers (a tuned example, e.g.
+`tuned_examples/minatar/breakout.py`; `tuned_examples/sweeps.py`;
+`benchmarks/atari_long.py`). The kinds: zero, negative, NaN, inf, huge, a fraction for a
+count, the wrong type, empty, unknown names, and the wrong kind of path (a file for a
+directory, a directory for a file, a missing directory, one that cannot be created: under
+a regular file, or under /proc, where even root cannot write).
 
-Each case runs `hca_rllib.cli.main` in this process with Ray's start patched to raise
-(`ray.init` and `hca_rllib.runner.init_ray`), so a value that slips through validation
-shows up as "started Ray" instead of training. A case is clean when the command exits
-with status 2, its stderr (fd level: logging too) is exactly one line starting
-`hca-rllib: error:`, that line names the problem (the flag or field, case-insensitive),
-there is no traceback, and Ray was not started.
+Each case runs the command's `main(argv)` in this process with Ray's start patched to
+raise (`ray.init` and `hca_rllib.runner.init_ray`), so a value that slips through
+validation shows up as "started Ray" instead of training. A case is clean when the
+command exits with status 2, its stderr (fd level: logging too) is exactly one line
+`<command>: error: ...`, that line names the problem (the flag or field,
+case-insensitive), there is no traceback, and Ray was not started.
 
-Counts (issue 14, item 5): 514 cases. On the code before this test's fixes 300 were
-clean and 214 not: 188 were accepted (Ray would have started and trained), 17 ended in
-a traceback, 7 in an error that did not name the problem, and 2 exited 0 (an empty path
-read as the working directory). After them all 514 are clean.
+Count: `pytest --collect-only -q tests/test_bad_input.py -k one_line_error | grep -c ::`.
 """
 
 from __future__ import annotations
@@ -25,8 +28,14 @@ class RayStarted(BaseException):
     """Raised by the patched ray.init: validation let the input through."""
 
 
-def _case_id(argv):
-    return " ".join(a if a else "''" for a in argv)[:120]
+def _case_id(argv, command="hca-rllib"):
+    return " ".join([command, *(a if a else "''" for a in argv)])[:120]
+
+
+HUGE = str(2**64)  # beyond every count and seed taken (the config's MAX_COUNT is 2**31 - 1)
+# Directories no one can create, root included: below a regular file (made by the
+# fixture), and below /proc.
+UNWRITABLE = ["a_file/sub", "/proc/hca_rllib_no_such/dir"]
 
 
 # ------------------------------------------------------------------ the table
@@ -107,25 +116,26 @@ def _sweep(*extra):
 def _cases():
     cases = []
 
-    def add(argv, words):
-        cases.append(pytest.param(argv, words, id=_case_id(argv)))
+    def add(argv, words, command="hca-rllib"):
+        cases.append(pytest.param(command, argv, words, id=_case_id(argv, command)))
 
     # train: every flag
     for flag, values in {
-        "--algo": ["PPO", "", "hca"],
-        "--credit": ["nope", ""],
+        "--algo": ["PPO", "", "hca", "A2C,HCA"],
+        "--credit": ["nope", "", "HCA", "expected-hca"],
         "--env": ["nope-v0", "", "no_such_module:Env-v0", "atari/NoSuchGame", "Pendulum-v1"],
-        "--seed": ["x", "1.5", "nan", "-1", str(2**64), ""],
-        "--stop-timesteps": ["0", "-5", "x", "1.5", "nan", ""],
-        "--num-env-runners": ["-1", "x", "1.5", ""],
-        "--num-envs-per-env-runner": ["0", "-1", "x", "1.5", ""],
-        "--checkpoint-every": ["-1", "x", "1.5", ""],
-        "--keep-checkpoints": ["-1", "x", ""],
-        "--wandb": ["bogus", ""],
-        "--wandb-project": [""],
-        "--torch-threads": ["-1", "x", ""],
-        "--progress-every": ["-1", "nan", "x", ""],
-        "--output": [""],
+        "--seed": ["x", "1.5", "nan", "inf", "-1", HUGE, "", "1e3"],
+        "--stop-timesteps": ["0", "-5", "x", "1.5", "nan", "inf", "", HUGE],
+        "--num-env-runners": ["-1", "x", "1.5", "", "nan", HUGE],
+        "--num-envs-per-env-runner": ["0", "-1", "x", "1.5", "", HUGE],
+        "--checkpoint-every": ["-1", "x", "1.5", "", "nan", HUGE],
+        "--keep-checkpoints": ["0", "-1", "x", "", "1.5", "nan", HUGE, "none"],
+        "--wandb": ["bogus", "", "ONLINE"],
+        "--wandb-project": ["", " ", "a/b", "a#b", "x" * 200],
+        "--torch-threads": ["0", "-1", "x", "", "1.5", "nan", "5000"],
+        "--progress-every": ["-1", "nan", "x", "", "inf", "1e9"],
+        "--address": ["", "host:notaport", "host:70000", "host:0", "http://host:1"],
+        "--output": ["", *UNWRITABLE],
     }.items():
         words = {"--algo": "algorithm", "--credit": "credit mode", "--env": "environment"}.get(flag, flag)
         for value in values:
@@ -148,15 +158,16 @@ def _cases():
         return ["probe", "--env", "CartPole-v1", "--output", "pr", *extra]
 
     for flag, values in {
-        "--episodes": ["0", "-1", "x", "1.5", ""],
-        "--max-steps": ["0", "-1", "x", ""],
+        "--episodes": ["0", "-1", "x", "1.5", "", HUGE],
+        "--max-steps": ["0", "-1", "x", "", HUGE],
         "--horizons": ["", "0", "-1", "x", "1,,2", "nan"],
         "--gamma": ["0", "1.5", "nan", "inf", "x", ""],
         "--held-out-fraction": ["0", "1", "nan", "-0.5", "x"],
         "--threshold": ["-1", "nan", "inf", "x"],
         "--num-envs": ["0", "2000", "x", "1.5"],
-        "--seed": ["x", "-1", str(2**64), ""],
+        "--seed": ["x", "-1", HUGE, ""],
         "--set-env": ["nokey", "=1", "length"],
+        "--output": ["a_file", *UNWRITABLE],
     }.items():
         for value in values:
             add(_probe(flag, value), flag)
@@ -166,6 +177,7 @@ def _cases():
     add(["probe", "--env", "Pendulum-v1"], "discrete")
     add(["probe", "--checkpoint", "no_such_dir"], "no_such_dir")
     add(["probe", "--checkpoint", ""], "--checkpoint")
+    add(["probe", "--checkpoint", "a_file"], "a_file")
     add(["probe", "--env", "CartPole-v1", "--output", ""], "--output")
     # evaluate: every flag
     for argv, words in [
@@ -180,6 +192,16 @@ def _cases():
         (["evaluate", "no_such_dir", "--episodes", "x"], "--episodes"),
         (["evaluate", "no_such_dir", "--episodes", "1.5"], "--episodes"),
         (["evaluate", "no_such_dir", "--episodes", ""], "--episodes"),
+        (["evaluate", "no_such_dir", "--episodes", "nan"], "--episodes"),
+        (["evaluate", "no_such_dir", "--episodes", HUGE], "--episodes"),
+        (["evaluate", "no_such_dir", "--seed", "1.5"], "--seed"),
+        (["evaluate", "no_such_dir", "--video", "empty_dir"], "--video"),  # a directory
+        (["evaluate", "no_such_dir", "--video", "a_file/v.gif"], "--video"),
+        (["evaluate", "no_such_dir", "--video", "/proc/hca_rllib_no_such/v.gif"], "--video"),
+        (["evaluate", "no_such_dir", "--output", "a_file"], "--output"),  # a file, not a directory
+        (["evaluate", "no_such_dir", "--output", "dir.json"], "--output"),  # a directory, not a .json file
+        (["evaluate", "no_such_dir", "--output", "a_file/e.json"], "--output"),
+        (["evaluate", "no_such_dir", "--output", "/proc/hca_rllib_no_such/d"], "--output"),
         (["evaluate", "no_such_dir", "--seed", "x"], "--seed"),
         (["evaluate", "no_such_dir", "--seed", "-1"], "--seed"),
         (["evaluate", "no_such_dir", "--seed", str(2**64)], "--seed"),
@@ -197,35 +219,47 @@ def _cases():
         (["report", ""], "RUN_DIR"),
         (["report", "no_such_dir"], "no_such_dir"),
         (["report", "empty_dir"], "empty_dir"),
-        (["report", "run", "--final-fraction", "0"], "final_fraction"),
-        (["report", "run", "--final-fraction", "-1"], "final_fraction"),
-        (["report", "run", "--final-fraction", "2"], "final_fraction"),
-        (["report", "run", "--final-fraction", "nan"], "final_fraction"),
-        (["report", "run", "--final-fraction", "inf"], "final_fraction"),
+        (["report", "a_file"], "a_file"),  # a file, not a run directory
+        (["report", "run/results.jsonl"], "results.jsonl"),
+        (["report", "run", "a_file"], "a_file"),
+        (["report", "~no_such_user_hca/r"], "no_such_user_hca"),
+        (["report", "norun"], "no run with a score"),  # run.json, no results yet
+        (["report", "run", "--final-fraction", "0"], "--final-fraction"),
+        (["report", "run", "--final-fraction", "-1"], "--final-fraction"),
+        (["report", "run", "--final-fraction", "2"], "--final-fraction"),
+        (["report", "run", "--final-fraction", "nan"], "--final-fraction"),
+        (["report", "run", "--final-fraction", "inf"], "--final-fraction"),
         (["report", "run", "--final-fraction", "x"], "--final-fraction"),
+        (["report", "run", "--final-fraction", ""], "--final-fraction"),
         (["report", "run", "--output", ""], "--output"),
         (["report", "run", "--output", "a_file"], "a_file"),
+        (["report", "run", "--output", "a_file/sub"], "a_file"),
+        (["report", "run", "--output", "/proc/hca_rllib_no_such/r"], "--output"),
+        (["report", "run", "--bogus"], "--bogus"),
     ]:
         add(argv, words)
 
     # sweep: every flag
     for flag, values in {
         "--envs": ["", ",", "nope-v0", "CartPole-v1,nope-v0"],
-        "--credits": ["nope", "", ","],
-        "--seeds": ["x", "", "1.5", "-1", str(2**64)],
-        "--stop-timesteps": ["0", "-1", "x"],
-        "--num-env-runners": ["-1", "x"],
-        "--num-envs-per-env-runner": ["0", "-1"],
-        "--cpus-per-env-runner": ["-1", "nan", "inf", "x"],
-        "--scheduler": ["bogus"],
-        "--metric": [""],
-        "--max-failures": ["-2", "x"],
-        "--max-concurrent": ["0", "-1", "x"],
-        "--checkpoint-every": ["-1", "x"],
-        "--output": [""],
+        "--credits": ["nope", "", ",", "a2c,a2c", "HCA"],
+        "--seeds": ["x", "", "1.5", "-1", HUGE, "0,0", "nan"],
+        "--stop-timesteps": ["0", "-1", "x", "1.5", "nan", "inf", HUGE, ""],
+        "--num-env-runners": ["-1", "x", "1.5", HUGE],
+        "--num-envs-per-env-runner": ["0", "-1", "x", HUGE],
+        "--cpus-per-env-runner": ["-1", "nan", "inf", "x", "1e9"],
+        "--scheduler": ["bogus", "", "ASHA"],
+        "--metric": ["", "nope", "env_runners/episode_reward_mean", "episode_return_mean",
+                     "config/lr", "env_runners/game_return_window_mean",
+                     "evaluation/env_runners/episode_return_mean", "learners/default_policy/nope"],
+        "--max-failures": ["-2", "x", "1.5", HUGE],
+        "--max-concurrent": ["0", "-1", "x", HUGE],
+        "--checkpoint-every": ["-1", "x", "1.5", HUGE],
+        "--output": ["", "a_file", *UNWRITABLE],
         "--name": ["", "a/b", ".."],
-        "--wandb": ["bogus"],
-        "--wandb-project": [""],
+        "--wandb": ["bogus", ""],
+        "--wandb-project": ["", "a/b"],
+        "--address": ["", "host:notaport"],
     }.items():
         for value in values:
             if flag == "--envs":
@@ -235,6 +269,10 @@ def _cases():
             else:
                 argv = _sweep(flag, value)
             add(argv, "environment" if flag == "--envs" and value.strip(", ") else flag)
+    add(["sweep", "--output", "sw", "--envs", "CartPole-v1,CartPole-v1"], "--envs")  # the same trials twice
+    # The metric a scheduler reads, mistyped (RLlib's old API stack name): refused, not run to the end.
+    add(_sweep("--scheduler", "asha", "--metric", "env_runners/episode_reward_mean"), "episode_return_mean")
+    add(_sweep("--scheduler", "pbt", "--metric", "env_runners/game_return_window_mean"), "Atari")
     add(["sweep"], "--envs")
     add(_sweep("--set", "nosuchkey=1"), "nosuchkey")
     add(_sweep("--set", "lr"), "key=value")
@@ -249,7 +287,86 @@ def _cases():
             continue
         for value in values[:2]:
             add(_sweep("--set", f"{field}={value}"), field.rstrip("_") if field != "lambda_" else "lambda")
+
+    # a tuned example (every script in tuned_examples/atari|minatar shares this parser)
+    for flag, values in {
+        "--algo": ["PPO", ""],
+        "--credit": ["nope", ""],
+        "--seed": ["x", "-1", "1.5", HUGE],
+        "--stop-timesteps": ["0", "-1", "x", "nan", HUGE],
+        "--output": ["", "a_file", *UNWRITABLE],
+        "--num-env-runners": ["-1", "x", HUGE],
+        "--checkpoint-every": ["-1", "x", "1.5"],
+        "--torch-threads": ["0", "-1", "x", "5000"],
+        "--wandb": ["bogus", ""],
+        "--address": ["", "host:notaport"],
+    }.items():
+        for value in values:
+            add([flag, value], flag, command=TUNED)
+    add(["--output", "empty_dir", "--resume"], "nothing to resume", command=TUNED)
+    add(["--bogus"], "--bogus", command=TUNED)
+    add(["--algo", "A2C", "--credit", "hca"], "A2C", command=TUNED)
+
+    # tuned_examples/sweeps.py
+    for flag, values in {
+        "--stop-timesteps": ["0", "-1", "x", HUGE],
+        "--num-env-runners": ["-1", "x"],
+        "--cpus-per-env-runner": ["-1", "nan", "inf", "x"],
+        "--output": ["", "a_file", *UNWRITABLE],
+        "--scheduler": ["bogus", ""],
+        "--max-failures": ["-2", "x"],
+        "--wandb": ["bogus"],
+        "--address": ["", "host:notaport"],
+        "--credits": ["nope", "", ",", "a2c,a2c"],
+        "--seeds": ["x", "-1", "", "0,0", HUGE],
+    }.items():
+        for value in values:
+            add(["minatar", "--output", "sw", flag, value] if flag != "--output" else ["minatar", flag, value],
+                flag, command="sweeps.py")
+    add([], "which", command="sweeps.py")
+    add(["nope"], "which", command="sweeps.py")
+    add(["minatar", "--output", "sw", "--resume"], "nothing to resume", command="sweeps.py")
+
+    # benchmarks/atari_long.py
+    for flag, values in {
+        "--cells": ["nope", ""],
+        "--target-steps": ["0", "-1", "x", HUGE],
+        "--pass-steps": ["0", "-1", "x"],
+        "--checkpoint-minutes": ["0", "-1", "nan", "inf", "x"],
+        "--record-minutes": ["0", "-1", "nan", "inf"],
+        "--nice": ["20", "-21", "x"],
+        "--core": ["-1", "100000", "x"],
+        "--on-tests": ["bogus", ""],
+        "--out": ["", "a_file", *UNWRITABLE],
+        "--runs": ["", "a_file", *UNWRITABLE],
+    }.items():
+        for value in values:
+            add([flag, value], flag, command="atari_long.py")
     return cases
+
+
+TUNED = "breakout.py"  # tuned_examples/minatar/breakout.py
+
+
+def _command_main(command):
+    """The `main(argv)` that runs `command` in this process."""
+    if command == "hca-rllib":
+        from hca_rllib.cli import main
+
+        return main
+    if command == TUNED:
+        from tuned_examples.minatar.breakout import main
+
+        return main
+    if command == "sweeps.py":
+        from tuned_examples.sweeps import main
+
+        return main
+    if command == "atari_long.py":
+        import benchmarks.atari_long
+
+        return benchmarks.atari_long.main
+    raise AssertionError(command)
 
 
 CASES = _cases()
@@ -264,7 +381,6 @@ def cli(tmp_path, monkeypatch, capfd):
     import ray
 
     import hca_rllib.runner
-    from hca_rllib.cli import main
 
     def no_ray(*args, **kwargs):
         raise RayStarted()
@@ -276,6 +392,10 @@ def cli(tmp_path, monkeypatch, capfd):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a_file").write_text("not a directory\n")
     (tmp_path / "empty_dir").mkdir()
+    (tmp_path / "dir.json").mkdir()
+    (tmp_path / "norun").mkdir()  # a run that has not reported yet
+    (tmp_path / "norun" / "run.json").write_text(json.dumps({"algo": "HCA", "credit": "hca", "env": "CartPole-v1"}))
+    (tmp_path / "norun" / "results.jsonl").write_text("")
     run = tmp_path / "run"  # a minimal run directory for `report`
     run.mkdir()
     (run / "run.json").write_text(json.dumps({"algo": "HCA", "credit": "hca", "env": "CartPole-v1", "seed": 0}))
@@ -283,10 +403,10 @@ def cli(tmp_path, monkeypatch, capfd):
         json.dumps({"iteration": i, "env_steps": 100 * i, "score": float(i), "time_s": float(i)}) + "\n"
         for i in range(1, 4)))
 
-    def call(argv):
+    def call(command, argv):
         problem = None
         try:
-            status = main(list(argv))
+            status = _command_main(command)(list(argv))
         except SystemExit as exit_:
             status = exit_.code
         except RayStarted:
@@ -300,7 +420,7 @@ def cli(tmp_path, monkeypatch, capfd):
     return call
 
 
-def clean(status, lines, problem, words):
+def clean(status, lines, problem, words, command="hca-rllib"):
     """None if the outcome is clean, else what is wrong with it."""
     if problem:
         return problem
@@ -308,36 +428,56 @@ def clean(status, lines, problem, words):
         return f"exit status {status!r}, not 2 (stderr {lines[:3]})"
     if len(lines) != 1:
         return f"{len(lines)} lines on stderr, not 1: {lines[:4]}"
-    if "Traceback" in lines[0] or not lines[0].startswith("hca-rllib: error:"):
+    prefix = "hca-rllib: error:" if command == "hca-rllib" else ": error: "
+    if "Traceback" in lines[0] or prefix not in lines[0] or (command == "hca-rllib") != lines[0].startswith(prefix):
         return f"not a one-line error: {lines[0]!r}"
     if words.lower() not in lines[0].lower():
         return f"the error does not name {words!r}: {lines[0]!r}"
     return None
 
 
-@pytest.mark.parametrize("argv, words", CASES)
-def test_bad_input_is_a_one_line_error(argv, words, cli):
-    wrong = clean(*cli(argv), words)
-    assert wrong is None, f"hca-rllib {_case_id(argv)}: {wrong}"
+@pytest.mark.parametrize("command, argv, words", CASES)
+def test_bad_input_is_a_one_line_error(command, argv, words, cli):
+    wrong = clean(*cli(command, argv), words, command)
+    assert wrong is None, f"{_case_id(argv, command)}: {wrong}"
 
 
-def test_the_table_covers_every_flag_and_field():
-    """Every flag of every subcommand and every project field has bad values above, so a
-    new flag or field cannot go untested."""
+def _flags_in_help(command, capsys):
+    """The --flags a script's --help lists."""
+    import re
+
+    with pytest.raises(SystemExit):
+        _command_main(command)(["--help"])
+    return set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", capsys.readouterr().out))
+
+
+# Flags that take no value: nothing malformed to give them (--resume has its own cases).
+SWITCHES = {"--help", "--resume", "--no-tensorboard", "--greedy", "--stochastic", "--new-attempt",
+            "--report-only", "--quick"}
+
+
+def test_the_table_covers_every_flag_and_field(capsys):
+    """Every flag of every command (every `hca-rllib` subcommand and every script with its
+    own parser) and every project field has bad values above, so a new flag or field
+    cannot go untested."""
     from hca_rllib.cli import make_parser
     from hca_rllib.hca import HCA_TRAINING_DEFAULTS
 
     parser = make_parser()
-    commands = parser._subparsers._group_actions[0].choices
-    tried = {cmd: set() for cmd in commands}
+    subcommands = parser._subparsers._group_actions[0].choices
+    tried = {}
     for param in CASES:
-        argv = param.values[0]
-        if argv:
-            tried[argv[0]].update(a for a in argv[1:] if a.startswith("--"))
-    harmless = {"--help", "--resume", "--no-tensorboard", "--greedy", "--stochastic", "--address"}
-    for name, sub in commands.items():
+        command, argv, _ = param.values
+        key = argv[0] if command == "hca-rllib" and argv else command
+        tried.setdefault(key, set()).update(a for a in argv if a.startswith("--"))
+    for name, sub in subcommands.items():
         flags = {opt for action in sub._actions for opt in action.option_strings if opt.startswith("--")}
-        missing = flags - tried[name] - harmless
-        assert not missing, f"{name}: no bad values for {sorted(missing)}"
+        missing = flags - tried[name] - SWITCHES
+        assert not missing, f"hca-rllib {name}: no bad values for {sorted(missing)}"
+    for command in (TUNED, "sweeps.py", "atari_long.py"):
+        flags = _flags_in_help(command, capsys)
+        assert len(flags) > 5, (command, flags)
+        missing = flags - tried[command] - SWITCHES
+        assert not missing, f"{command}: no bad values for {sorted(missing)}"
     assert not set(HCA_TRAINING_DEFAULTS) - set(SET_BAD), "a project field without bad values"
-    assert len(CASES) >= 500
+    assert len(CASES) >= 700

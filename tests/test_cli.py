@@ -283,7 +283,7 @@ def test_every_path_argument_is_made_absolute(tmp_path, monkeypatch):
         (["train", "--set", "no_such_key=1"], "unknown config key(s) in --set: ['no_such_key']"),
         (["train", "--set", "gamma=1.5"], "gamma must be in (0.0, 1.0], got 1.5"),
         (["train", "--set", "novalue"], "--set expects key=value"),
-        (["train", "--stop-timesteps", "0"], "--stop-timesteps must be > 0"),
+        (["train", "--stop-timesteps", "0"], "argument --stop-timesteps: must be an integer in [1, "),
         (["train", "--resume"], "nothing to resume in"),
         (["train", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
         (["evaluate", "/no/such/checkpoint"], "checkpoint '/no/such/checkpoint' does not exist"),

@@ -332,12 +332,40 @@ def test_report_single_seed_and_a2c_only(tmp_path):
 
 
 def test_report_errors(tmp_path, capsys):
-    args = add_report_arguments(argparse.ArgumentParser()).parse_args(
-        [str(tmp_path / "missing"), "--output", str(tmp_path / "out")])
+    with pytest.raises(SystemExit) as exit_:  # a missing RUN_DIR: refused by its argument type
+        add_report_arguments(argparse.ArgumentParser()).parse_args(
+            [str(tmp_path / "missing"), "--output", str(tmp_path / "out")])
+    assert exit_.value.code == 2 and "no such directory" in capsys.readouterr().err
+    args = argparse.Namespace(run_dirs=[tmp_path], output=tmp_path / "out", final_fraction=0.1)
     assert report_command(args) == 2
-    assert "no such directory" in capsys.readouterr().err
+    assert "no run directory" in capsys.readouterr().err
     with pytest.raises(FileNotFoundError, match="no run directory"):
         write_report([tmp_path], tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_no_report_without_a_scored_run(tmp_path, capsys):
+    """A file for RUN_DIR is refused (it read as the directory holding it, and reported
+    whatever runs were beside it); runs with no results yet give no report, not an empty
+    one with exit status 0."""
+    from hca_rllib.cli import main
+    from hca_rllib.report import NoRunsError
+
+    run = tmp_path / "runs" / "r0"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"algo": "HCA", "credit": "hca", "env": "CartPole-v1", "seed": 0}))
+    (run / "results.jsonl").write_text("")
+    out = tmp_path / "out"
+    with pytest.raises(NoRunsError, match="no run with a score.*no results yet"):
+        write_report([tmp_path / "runs"], out)
+    assert not out.exists()
+    assert main(["report", str(tmp_path / "runs"), "--output", str(out)]) == 2
+    assert "no run with a score" in capsys.readouterr().err and not out.exists()
+    with pytest.raises(SystemExit) as exit_:
+        main(["report", str(run / "run.json"), "--output", str(out)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "is a file, not a directory" in err and len(err.splitlines()) == 1
+    assert not out.exists()
 
 
 def test_helpers():

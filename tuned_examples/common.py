@@ -115,34 +115,39 @@ def minatar_config(game: str, algo: str = "HCA", credit: Optional[str] = None, *
 
 
 def make_parser(budget: int, default_output: str, description: str = ""):
+    from hca_rllib.cli import (SEED, TORCH_THREADS, OneLineParser, address_argument, int_argument,
+                               output_directory_argument)
+
     lines = description.strip().splitlines()
     # The first line is the description; the rest (the game's facts) comes after the options.
-    parser = argparse.ArgumentParser(description=lines[0] if lines else None,
+    # A bad argument: one line and exit status 2, before Ray starts (as `hca-rllib train`).
+    parser = OneLineParser(description=lines[0] if lines else None,
                                      epilog="\n".join(lines[1:]).strip() or None,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algo", default="HCA", choices=list(ALGORITHMS))
-    parser.add_argument("--credit", default=None,
+    parser.add_argument("--credit", default=None, choices=list(CREDIT_MODES), metavar="CREDIT",
                         help=f"{', '.join(CREDIT_MODES)} (default: {HCA_TRAINING_DEFAULTS['credit']} "
                              f"for HCA, a2c for A2C)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--stop-timesteps", type=int, default=None,
+    parser.add_argument("--seed", type=SEED, default=0)
+    parser.add_argument("--stop-timesteps", type=int_argument(1), default=None,
                         help=f"env (agent) steps to train (default: the budget, {budget:,})")
-    parser.add_argument("--output", default=None,
+    parser.add_argument("--output", type=output_directory_argument, default=None,
                         help=f"run directory (default: "
                              f"{default_output}_<algo>_<credit>_seed<seed>)")
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --output from its newest valid checkpoint")
-    parser.add_argument("--num-env-runners", type=int, default=0,
+    parser.add_argument("--num-env-runners", type=int_argument(0), default=0,
                         help="remote EnvRunners (0: sample in the driver); the train batch "
                              "grows with them (runners x envs x rollout)")
-    parser.add_argument("--checkpoint-every", type=int, default=10, metavar="N")
-    parser.add_argument("--torch-threads", type=int, default=1,
+    parser.add_argument("--checkpoint-every", type=int_argument(0), default=10, metavar="N",
+                        help="checkpoint every N iterations (and at the end); 0: only at the end")
+    parser.add_argument("--torch-threads", type=TORCH_THREADS, default=1,
                         help="torch threads in this process (the driver's EnvRunner and learner "
                              "when --num-env-runners is 0); 1 is several times faster than "
-                             "torch's default on a small, busy machine (0: torch's default)")
+                             "torch's default on a small, busy machine ('auto': torch's default)")
     parser.add_argument("--wandb", default="auto", choices=["auto", "online", "offline", "off"],
                         help="auto: online if WANDB_API_KEY is set, else offline")
-    parser.add_argument("--address", default=None,
+    parser.add_argument("--address", type=address_argument, default=None,
                         help="Ray cluster address (default: RAY_ADDRESS or an embedded local Ray)")
     return parser
 
@@ -154,13 +159,17 @@ def main(make_config: Callable[..., Any], *, budget: int, expected: Dict[str, An
          default_output: str, argv=None, description: str = "") -> Dict[str, Any]:
     """Parse the command line, build `make_config(algo, credit, num_env_runners=...)`,
     seed it and train it with `hca_rllib.runner.run_training`; returns the last results line."""
-    from hca_rllib.runner import EXIT_DISK, DiskWriteError, restore_run_args, run_training
+    from hca_rllib.cli import directory_error
+    from hca_rllib.runner import EXIT_DISK, DiskWriteError, restore_run_args, run_training, user_path
 
     parser = make_parser(budget, default_output, description)
     args = parser.parse_args(argv)
     if args.output is None:
         credit = args.credit or ("a2c" if args.algo == "A2C" else HCA_TRAINING_DEFAULTS["credit"])
-        args.output = f"{default_output}_{args.algo.lower()}_{credit}_seed{args.seed}"
+        args.output = user_path(f"{default_output}_{args.algo.lower()}_{credit}_seed{args.seed}")
+        error = directory_error(args.output, must_exist=False)
+        if error:
+            parser.error(f"argument --output (default): {error}")
     output = Path(args.output)
     try:
         restore_run_args(args, output, RUN_ARGS, f"python {sys.argv[0]}", default_stop_timesteps=budget)

@@ -14,7 +14,6 @@ submit this script with `ray job submit --working-dir . -- python tuned_examples
 --seeds 0,1,2,3,4` picks the methods and seeds.
 """
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -79,37 +78,52 @@ def sweep_kwargs(which: str, num_env_runners: int = 0, stop_timesteps=None, cred
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from hca_rllib.cli import MAX_COUNT, OneLineParser, address_argument, float_argument, int_argument, storage_argument
+    from hca_rllib.sweep import MAX_CPUS_PER_ENV_RUNNER
+
+    # A bad argument: one line and exit status 2, before Ray starts (as `hca-rllib sweep`).
+    parser = OneLineParser(description=__doc__.splitlines()[0])
     parser.add_argument("which", choices=sorted(SWEEPS))
-    parser.add_argument("--stop-timesteps", type=int, default=None)
-    parser.add_argument("--num-env-runners", type=int, default=0)
-    parser.add_argument("--cpus-per-env-runner", type=float, default=0.5)
-    parser.add_argument("--output", default="runs/sweeps")
+    parser.add_argument("--stop-timesteps", type=int_argument(1), default=None,
+                        help="env steps per trial (default: the sweep's budget)")
+    parser.add_argument("--num-env-runners", type=int_argument(0), default=0)
+    parser.add_argument("--cpus-per-env-runner", type=float_argument(0.0, MAX_CPUS_PER_ENV_RUNNER), default=0.5)
+    parser.add_argument("--output", type=storage_argument, default="runs/sweeps",
+                        help="storage path: a directory (relative, absolute or ~) or a URI (s3://...)")
     parser.add_argument("--scheduler", default="none", choices=["none", "asha", "pbt"])
-    parser.add_argument("--max-failures", type=int, default=3)
+    parser.add_argument("--max-failures", type=int_argument(-1), default=3,
+                        help="retries per trial, from its checkpoint (-1: no limit)")
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--wandb", default="auto", choices=["auto", "online", "offline", "off"])
-    parser.add_argument("--address", default=None)
-    parser.add_argument("--credits", default=None, help=f"comma-separated credit modes (default {','.join(CREDITS)})")
+    parser.add_argument("--address", type=address_argument, default=None)
+    parser.add_argument("--credits", default=None, help=f"comma-separated credit modes, from "
+                        f"{','.join(CREDIT_MODES)} (default {','.join(CREDITS)})")
     parser.add_argument("--seeds", default=None, help="comma-separated seeds (default: the sweep's own)")
     args = parser.parse_args(argv)
-    credits = args.credits.split(",") if args.credits else None
+    credits = None if args.credits is None else [c.strip() for c in args.credits.split(",") if c.strip()]
     bad = [c for c in credits or [] if c not in CREDIT_MODES]
-    if bad:
-        parser.error(f"unknown credit mode(s) {bad}; choose from {list(CREDIT_MODES)}")
+    if bad or credits == [] or (credits and len(set(credits)) < len(credits)):
+        parser.error(f"--credits must be distinct credit modes from {','.join(CREDIT_MODES)}, got {args.credits!r}")
     try:
-        seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else None
+        seeds = None if args.seeds is None else [int(x) for x in args.seeds.split(",")]
     except ValueError:
         parser.error(f"--seeds expects comma-separated integers, got {args.seeds!r}")
+    if seeds is not None and (not all(0 <= seed <= MAX_COUNT for seed in seeds) or len(set(seeds)) < len(seeds)):
+        parser.error(f"--seeds must be distinct integers in [0, {MAX_COUNT}], got {args.seeds!r}")
 
-    from hca_rllib.sweep import run_sweep
+    from hca_rllib.sweep import check_sweep_config, run_sweep
 
-    results, page = run_sweep(
-        **sweep_kwargs(args.which, args.num_env_runners, args.stop_timesteps, credits, seeds),
-        storage_path=args.output, cpus_per_env_runner=args.cpus_per_env_runner,
-        scheduler=args.scheduler, max_failures=args.max_failures, wandb=args.wandb,
-        address=args.address, resume=args.resume,
-    )
+    kwargs = sweep_kwargs(args.which, args.num_env_runners, args.stop_timesteps, credits, seeds)
+    try:  # every trial's config, before Ray starts; run_sweep checks the rest before it starts Ray
+        check_sweep_config(kwargs["overrides"], args.num_env_runners, kwargs["num_envs_per_env_runner"],
+                           args.cpus_per_env_runner)
+        results, page = run_sweep(
+            **kwargs, storage_path=args.output, cpus_per_env_runner=args.cpus_per_env_runner,
+            scheduler=args.scheduler, max_failures=args.max_failures, wandb=args.wandb,
+            address=args.address, resume=args.resume,
+        )
+    except ValueError as error:
+        parser.error(str(error).splitlines()[0])
     print(f"{len(results)} trials, {len(results.errors)} errored; report: {page}")
     return 1 if results.errors else 0
 
