@@ -1,5 +1,5 @@
 import sys
 
-from hca_rllib.cli import main
+from hca_rllib.cli import run
 
-sys.exit(main())
+sys.exit(run())

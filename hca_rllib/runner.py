@@ -34,8 +34,10 @@ import os
 import pickle
 import random
 import shutil
+import signal
 import socket
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -879,11 +881,23 @@ def restore_run_args(args, run_dir: Path, keys, made_by: str, default_stop_times
 
 def init_ray(address: Optional[str] = None) -> None:
     """Connect to `address` (or RAY_ADDRESS); else start an embedded Ray bound to loopback,
-    with this machine's CPUs and an object store of a tenth of its memory (0.3-2 GiB)."""
+    with this machine's CPUs and an object store of a tenth of its memory (0.3-2 GiB).
+
+    A SIGTERM handler the program installed (the CLI's: SIGTERM takes Ctrl-C's path) is
+    kept: `ray.init` replaces it with Ray's own, which aborts the process."""
     import ray
 
     if ray.is_initialized():
         return
+    on_sigterm = signal.getsignal(signal.SIGTERM)
+    try:
+        _start_ray(ray, address)
+    finally:
+        if callable(on_sigterm) and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, on_sigterm)
+
+
+def _start_ray(ray, address: Optional[str]) -> None:
     address = address or os.environ.get("RAY_ADDRESS")
     if address:
         ray.init(address=address, log_to_driver=False)
