@@ -308,6 +308,34 @@ def make_checkpoint_pruner(keep: int = KEEP_CHECKPOINTS, scheduler=None):
     return CheckpointPruner()
 
 
+def drop_missing_checkpoints(results) -> int:
+    """Remove from each `Result.best_checkpoints` of `results` (a ResultGrid, or any
+    sequence of Results) the checkpoints that no longer exist on storage; returns how many.
+    Tune builds those lists from its in-memory bookkeeping, which for a trial that a
+    `--resume` restored comes from an experiment state saved before `make_checkpoint_pruner`
+    deleted some of them (and a trial that finished before the restore is not pruned
+    again, so its list is never corrected). A listed checkpoint that does not exist would
+    fail only when someone restores from it."""
+    import pyarrow.fs
+
+    dropped = 0
+    for i in range(len(results)):
+        result = results[i]
+        kept = []
+        for checkpoint, metrics in result.best_checkpoints or []:
+            try:
+                info = checkpoint.filesystem.get_file_info(checkpoint.path)
+                exists = info.type != pyarrow.fs.FileType.NotFound
+            except OSError:  # storage unreachable now: keep it rather than guess
+                exists = True
+            if exists:
+                kept.append((checkpoint, metrics))
+        if result.best_checkpoints and len(kept) < len(result.best_checkpoints):
+            dropped += len(result.best_checkpoints) - len(kept)
+            result.best_checkpoints = kept
+    return dropped
+
+
 def make_scheduler(name: str, stop_timesteps: int):
     """None, ASHA (early-stops on env steps) or PBT (mutates lr and entropy_coeff)."""
     from ray import tune
@@ -423,6 +451,7 @@ _TOP_METRICS = (
     "env_runner_group/actor_manager_num_outstanding_async_reqs",
     "fault_tolerance/num_env_runners_dropped_lifetime", "fault_tolerance/num_healthy_workers",
     "fault_tolerance/num_remote_worker_restarts",
+    "perf/cpu_util_percent", "perf/ram_util_percent",  # Tune's sampling of the machine (log_sys_usage)
     *(f"timers/{t}" for t in ("env_runner_sampling_timer", "learner_update_timer", "restore_env_runners",
                               "synch_env_connectors", "synch_weights", "training_iteration", "training_step")),
 )
@@ -431,11 +460,13 @@ _EVALUATION_METRICS = (
     "evaluation/num_healthy_workers", "evaluation/num_remote_worker_restarts",
     "timers/evaluation_iteration", "timers/restore_eval_env_runners", "timers/synch_eval_env_connectors",
 )
-# Timers named after the pieces of a connector pipeline (RLlib's and any a config adds):
-# an open set, so any name below these is taken. No scheduler should rank by a timer.
+# Open sets, so any name below these is taken (only the names under them are not
+# checked; no scheduler should rank by them anyway): timers named after the pieces of a
+# connector pipeline (RLlib's and any a config adds), and Tune's machine sampling, which
+# names one entry per GPU (perf/gpu_util_percent0, ...).
 _OPEN_PREFIXES = ("env_runners/env_to_module_connector/timers/",
                   "env_runners/module_to_env_connector/timers/",
-                  "learners/__all_modules__/learner_connector/timers/")
+                  "learners/__all_modules__/learner_connector/timers/", "perf/")
 
 
 def reported_metrics(envs: List[str], overrides: Dict[str, Any]) -> List[str]:
@@ -626,6 +657,7 @@ def run_sweep(
             ),
         )
     results = tuner.fit()
+    drop_missing_checkpoints(results)  # the pruner's deletions, as the saved state missed them
     page = None
     if report and "://" not in experiment:
         from hca_rllib.report import write_report

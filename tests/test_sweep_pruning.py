@@ -224,3 +224,121 @@ def test_a_tracked_checkpoint_already_gone_does_not_orphan_the_others(trial, cap
     assert _on_disk(trial) == NAMES[5:]
     assert _tracked(trial) == NAMES[5:6]
     assert "could not prune" not in capsys.readouterr().err
+
+
+# --- what a sweep returns, and what --metric may name ----------------------------------------
+
+def test_results_list_no_pruned_checkpoint(tmp_path):
+    """`run_sweep`'s ResultGrid: a checkpoint the pruner deleted after Tune's last state
+    save (a restored trial's list comes from that state) is dropped from
+    `Result.best_checkpoints`; the ones that exist stay, in order."""
+    from ray.tune import Checkpoint, Result, ResultGrid
+
+    from hca_rllib.sweep import drop_missing_checkpoints
+
+    paths = [tmp_path / "trial" / name for name in NAMES[:4]]
+    for path in paths:
+        path.mkdir(parents=True)
+    listed = [(Checkpoint.from_directory(str(p)), {"training_iteration": i}) for i, p in enumerate(paths)]
+    for path in paths[:2]:  # pruned
+        path.rmdir()
+    grid = ResultGrid.__new__(ResultGrid)  # as tuner.fit() returns it, without an experiment
+    grid._results = [Result(metrics={}, checkpoint=listed[-1][0], error=None, path=str(tmp_path / "trial"),
+                            best_checkpoints=list(listed)),
+                     Result(metrics={}, checkpoint=None, error=None, path=str(tmp_path), best_checkpoints=None)]
+    assert drop_missing_checkpoints(grid) == 2
+    assert [Path(c.path).name for c, _ in grid[0].best_checkpoints] == NAMES[2:4]
+    assert [m for _, m in grid[0].best_checkpoints] == [{"training_iteration": 2}, {"training_iteration": 3}]
+    assert grid[1].best_checkpoints is None
+    assert drop_missing_checkpoints(grid) == 0
+
+
+def _documented_metrics():
+    """Every `--metric NAME` in the docs and every metric of the tuned sweeps."""
+    import re
+
+    from tuned_examples.sweeps import SWEEPS
+
+    root = Path(__file__).resolve().parents[1]
+    names = {spec["metric"] for spec in SWEEPS.values()}
+    for doc in [root / "README.md", *root.glob("docs/*.md"), *root.glob("cluster/*.md"),
+                *root.glob("tuned_examples/*.md")]:
+        names |= set(re.findall(r"--metric[ =]([\w/]+)", doc.read_text()))
+    return names
+
+
+def test_documented_metrics_are_accepted():
+    from hca_rllib.sweep import add_sweep_arguments, check_metric
+
+    import argparse
+
+    default = add_sweep_arguments(argparse.ArgumentParser()).parse_args(["--envs", "x"]).metric
+    names = _documented_metrics() | {default, "env_runners/episode_return_mean"}  # the last: test_sweep
+    assert "env_runners/game_return_window_mean" in names and default in names
+    for name in names:
+        check_metric(name, ["atari/Pong"], {})
+    check_metric(default, ["CartPole-v1"], {})
+    check_metric("evaluation/env_runners/episode_return_mean", ["CartPole-v1"], {"evaluation_interval": 1})
+    check_metric("env_runners/module_to_env_connector/timers/connectors/get_actions", ["CartPole-v1"], {})
+
+
+@pytest.mark.parametrize("metric, envs, words", [
+    ("env_runners/episode_reward_mean", ["CartPole-v1"], "closest: env_runners/episode_return_mean"),
+    ("episode_return_mean", ["CartPole-v1"], "env_runners/episode_return_mean"),
+    ("env_runners/game_return_window_mean", ["CartPole-v1", "minatar/Breakout"], "Atari environments only"),
+    ("evaluation/env_runners/episode_return_mean", ["CartPole-v1"], "evaluation_interval"),
+    ("config/lr", ["CartPole-v1"], "a setting"),
+    ("learners/default_policy/vf_los", ["CartPole-v1"], "learners/default_policy/vf_loss"),
+    ("learners/policy_1/vf_loss", ["CartPole-v1"], "learners/default_policy/vf_loss"),
+])
+def test_unknown_metric_is_refused_naming_the_closest(metric, envs, words):
+    from hca_rllib.sweep import check_metric
+
+    with pytest.raises(ValueError, match="no trial reports it|a setting") as error:
+        check_metric(metric, envs, {})
+    message = str(error.value)
+    assert words in message and "\n" not in message and repr(metric) in message
+
+
+@pytest.mark.slow  # trains an iteration of each credit mode on an embedded Ray
+def test_every_reported_metric_is_known():
+    """Every number one training iteration reports (what Tune hands a scheduler) is a name
+    `--metric` takes: a name RLlib or this package adds fails here, not in a user's sweep."""
+    import numbers
+
+    import ray
+
+    from hca_rllib import HCAConfig
+    from hca_rllib.credit import CREDIT_MODES
+    from hca_rllib.sweep import _OPEN_PREFIXES, reported_metrics
+
+    def flat(d, prefix=""):
+        for key, value in d.items():
+            if isinstance(value, dict):
+                yield from flat(value, f"{prefix}{key}/")
+            else:
+                yield f"{prefix}{key}", value
+
+    known = set(reported_metrics(["atari/Pong"], {"evaluation_interval": 1}))
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        seen = set()
+        for credit in CREDIT_MODES:
+            config = (HCAConfig().environment("CartPole-v1")
+                      .env_runners(num_env_runners=0, num_envs_per_env_runner=2)
+                      .training(credit=credit, train_batch_size_per_learner=64))
+            algo = config.build_algo()
+            try:
+                result = algo.train()
+            finally:
+                algo.stop()
+            seen |= {name for name, value in flat(result) if not name.startswith("config/") and name != "pid"
+                     and isinstance(value, numbers.Number) and not isinstance(value, bool)}
+    finally:
+        if started:
+            ray.shutdown()
+    unknown = sorted(name for name in seen - known if not name.startswith(_OPEN_PREFIXES))
+    assert not unknown, f"reported but not in hca_rllib.sweep's metric names: {unknown}"
+    assert "env_runners/episode_return_window_mean" in seen and "learners/default_policy/vf_loss" in seen
