@@ -50,10 +50,47 @@ CREDIT_STATE = "hca_credit_state"
 # credit from the gradient pass where the maths allows) or "rllib" (RLlib's pieces after
 # `AddOneTsToEpisodesAndTruncate`, credit in the connector); docs/method.md, section 3.4.
 LEARNER_PATHS = ("lean", "rllib")
-DEFAULT_LEARNER_PATH = "lean"
+# "auto": the lean path unless the config uses what only RLlib's pieces run
+# (`lean_learner_blocker`, `HCAConfig.resolved_learner_path`).
+DEFAULT_LEARNER_PATH = "auto"
 # Lean layout: V(s_{t+1}) on the last step of a chunk that was cut (not terminated), 0
 # elsewhere; its presence marks a batch in the lean layout.
 BOOTSTRAP_VALUES = "hca_bootstrap_values"
+
+
+def lean_learner_blocker(config) -> Optional[str]:
+    """The first feature `config` uses that the lean learner path does not support, as
+    one phrase naming it and why, or None. Several epochs, minibatches and learners are
+    supported (the credit is then fixed before the first step)."""
+    if getattr(config, "_learner_connector", None) is not None:
+        return "learner_connector is set (the lean learner path runs no user learner connector pieces)"
+    if config.is_multi_agent:
+        return "the config is multi-agent (the lean learner path is single-agent)"
+    if not config.add_default_connectors_to_learner_pipeline:
+        return ("add_default_connectors_to_learner_pipeline is False (the lean learner path "
+                "replaces RLlib's default pieces)")
+    return None
+
+
+def flatten_observations_if_needed(pipeline, multi_agent: bool = False) -> None:
+    """Prepend RLlib's `FlattenObservations` to an env-to-module `pipeline` whose
+    observation space is not a Box (Discrete and MultiDiscrete parts one-hot, Dict and
+    Tuple concatenated: what the module's MLP takes), unless a piece of the pipeline
+    already flattens. The flattened observations are written into the episodes, so
+    both learner paths train on them as they are. (Single-agent only: a multi-agent
+    pipeline's space holds one space per agent.)"""
+    import gymnasium as gym
+    from ray.rllib.connectors.common.flatten_observations import FlattenObservations
+
+    space = pipeline.input_observation_space
+    if multi_agent or space is None or isinstance(space, gym.spaces.Box):
+        return
+    if not isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary,
+                              gym.spaces.Dict, gym.spaces.Tuple)):
+        return
+    if any(isinstance(piece, FlattenObservations) for piece in pipeline.connectors):
+        return
+    pipeline.prepend(FlattenObservations(as_learner_connector=False))
 
 
 def _num_learners() -> int:

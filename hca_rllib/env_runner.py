@@ -43,7 +43,11 @@ Callbacks: ``on_episode_end`` is called once per completed episode, at the end o
 chunks (return, length, duration; no data). ``on_sample_end`` and
 ``on_environment_created`` are called as RLlib does. Per-step callbacks
 (``on_episode_created``, ``on_episode_start``, ``on_episode_step``) are not: a config
-that defines them is refused (use ``sampler="rllib"``).
+that defines them takes RLlib's runner with ``sampler="auto"`` (the default) and is
+refused with ``sampler="lean"`` (`lean_sampler_blocker`), as are user connector pieces.
+* Observations of a non-Box space (Discrete, MultiDiscrete, Dict, Tuple) are flattened
+  (one-hot for the discrete parts) as RLlib's ``FlattenObservations``, which HCAConfig
+  adds to the pipeline for them, does: once per vector step, the same function.
 
 What goes to RLlib's own loop instead (the same runner object, after a reset of the
 envs): ``sample(num_episodes=...)`` and ``batch_mode="complete_episodes"``, and
@@ -73,6 +77,9 @@ from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.utils.annotations import override
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
+from ray.rllib.utils.numpy import flatten_inputs_to_1d_tensor
+from ray.rllib.utils.spaces.space_utils import get_base_struct_from_space
+from ray.util.debug import log_once
 
 from ray.rllib.core.rl_module.torch import TorchRLModule
 
@@ -82,8 +89,12 @@ from hca_rllib.fast_policy import ConvBackends, policy_plan, sample_actions
 logger = logging.getLogger(__name__)
 
 SAMPLERS = ("lean", "rllib")
-# The default of `HCAConfig.sampler` (benchmarks/results/throughput_lean/summary.md).
-DEFAULT_SAMPLER = "lean"
+# `sampler` and `learner_path`: the lean path where the config uses only what it
+# supports, RLlib's otherwise (`HCAConfig.resolved_sampler`, `resolved_learner_path`).
+AUTO = "auto"
+# The default of `HCAConfig.sampler` (the lean runner's speed-up:
+# benchmarks/results/throughput_lean/summary.md).
+DEFAULT_SAMPLER = AUTO
 # The default of `HCAConfig.sampler_overlap` (benchmarks/results/throughput_core/summary.md).
 DEFAULT_SAMPLER_OVERLAP = False
 # Groups of envs `sampler_overlap` steps in turn.
@@ -94,6 +105,10 @@ _ENV_TO_MODULE_OK = (
     "AddObservationsFromEpisodesToBatch", "AddTimeDimToBatchAndZeroPad",
     "AddStatesFromEpisodesToBatch", "AgentToModuleMapping", "BatchIndividualItems",
     "NumpyToTensor", "FrameStacking",  # RLlib's FrameStackingEnvToModule
+    # RLlib's FlattenObservations as HCAConfig adds it for non-Box observation spaces
+    # (one-hot Discrete and MultiDiscrete, flattened Dict and Tuple): the lean loop
+    # flattens each vector step's observations at once, with the same function.
+    "FlattenObservations",
 )
 _MODULE_TO_ENV_OK = (
     "GetActions", "TensorToNumpy", "UnBatchToIndividualItems", "ModuleToAgentUnmapping",
@@ -104,20 +119,41 @@ PER_STEP_CALLBACKS = ("on_episode_created", "on_episode_start", "on_episode_step
 
 
 def unsupported_callbacks(config) -> Optional[str]:
-    """The one-line reason why `config`'s callbacks need RLlib's loop, or None."""
+    """What in `config`'s callbacks needs RLlib's loop (a per-step episode callback), as
+    "<what> is defined (the lean sampler makes no per-step episode callbacks)", or None."""
     from ray.rllib.utils import force_list
 
+    why = "the lean sampler makes no per-step episode callbacks"
     for cls in force_list(config.callbacks_class):
         if not isinstance(cls, type) or not issubclass(cls, RLlibCallback):
             continue
         for name in PER_STEP_CALLBACKS:
             if getattr(cls, name) is not getattr(RLlibCallback, name):
-                return (f"sampler='lean' makes no per-step episode callbacks, and "
-                        f"{cls.__name__}.{name} is defined: use sampler='rllib'")
+                return f"{cls.__name__}.{name} is defined ({why})"
     for name in PER_STEP_CALLBACKS:
         if getattr(config, f"callbacks_{name}", None):
-            return (f"sampler='lean' makes no per-step episode callbacks, and "
-                    f"config.callbacks_{name} is set: use sampler='rllib'")
+            return f"config.callbacks_{name} is set ({why})"
+    return None
+
+
+def lean_sampler_blocker(config) -> Optional[str]:
+    """The first feature `config` uses that the lean runner does not support, as one
+    phrase naming it and why ("env_to_module_connector is set (the lean sampler runs no
+    user connectors)"), or None: the lean runner can take the config. What only shows
+    once the env exists (a non-Discrete action space of an env given as a callable) is
+    checked by the runner itself (`LeanEnvRunner`)."""
+    for name in ("env_to_module_connector", "module_to_env_connector"):
+        if getattr(config, f"_{name}", None) is not None:
+            return f"{name} is set (the lean sampler runs no user connectors)"
+    reason = unsupported_callbacks(config)
+    if reason:
+        return reason
+    if config.is_multi_agent:
+        return "the config is multi-agent (the lean sampler is single-agent)"
+    if not config.add_default_connectors_to_env_to_module_pipeline or \
+            not config.add_default_connectors_to_module_to_env_pipeline:
+        return ("add_default_connectors_to_env_to_module_pipeline / _module_to_env_pipeline is "
+                "False (the lean sampler runs RLlib's default pieces only)")
     return None
 
 
@@ -167,13 +203,28 @@ class LeanEnvRunner(SingleAgentEnvRunner):
     @override(SingleAgentEnvRunner)
     def __init__(self, *, config, **kwargs):
         super().__init__(config=config, **kwargs)
-        reason = unsupported_callbacks(self.config) or self._unsupported_connectors()
+        reason = lean_sampler_blocker(self.config) or self._unsupported_connectors()
+        # What the lean loop cannot run: refused with sampler="lean"; with "auto" (a case
+        # only the built env shows, e.g. the action space of an env given as a callable),
+        # this runner samples with RLlib's own loop (`_sample`), said in one log line.
+        self._rllib_loop_reason = None
         if reason:
-            raise ValueError(reason)
+            if getattr(self.config, "sampler", "lean") != AUTO:
+                raise ValueError(f"sampler='lean' cannot run this config: {reason}; use "
+                                 f"sampler='auto' (the default) or 'rllib'")
+            self._rllib_loop_reason = reason
+            if log_once(f"hca_lean_runner_falls_back:{reason}"):
+                logger.info(f"sampler: RLlib's SingleAgentEnvRunner loop for this run: {reason}")
         self._num_frames = 1
+        # RLlib's FlattenObservations in the pipeline: (the struct of the env's
+        # observation space, the flattened space episodes are stored in), else None.
+        self._flatten = None
         for piece in self._env_to_module.connectors:
             if type(piece).__name__ == "FrameStacking":
                 self._num_frames = int(piece.num_frames)
+            if type(piece).__name__ == "FlattenObservations":
+                self._flatten = (get_base_struct_from_space(piece.input_observation_space),
+                                 piece.observation_space)
         self._lookback = int(self.config.episode_lookback_horizon)
         # The lean loop's state across sample() calls; None: the envs need a reset.
         self._lean: Optional[Dict[str, Any]] = None
@@ -189,15 +240,23 @@ class LeanEnvRunner(SingleAgentEnvRunner):
                                         (self._module_to_env, _MODULE_TO_ENV_OK, "module-to-env")):
             for piece in pipeline.connectors:
                 if type(piece).__name__ not in allowed:
-                    return (f"sampler='lean' cannot run the {what} connector "
-                            f"{type(piece).__name__} (it does frame stacking only): use "
-                            f"sampler='rllib'")
+                    return (f"the {what} connector piece {type(piece).__name__} is in the "
+                            f"pipeline (the lean sampler does frame stacking and flattening only)")
         import gymnasium as gym
 
         space = self.env.single_action_space if self.env is not None else None
         if space is not None and not isinstance(space, gym.spaces.Discrete):
-            return f"sampler='lean' needs a Discrete action space, got {space}: use sampler='rllib'"
+            return f"the action space is {space} (the lean sampler needs a Discrete one)"
         return None
+
+    def _lean_obs(self, obs) -> np.ndarray:
+        """A vector step's observations as the episodes store them: flattened (one-hot
+        for Discrete parts) as RLlib's FlattenObservations does, when it is in the
+        pipeline; else as an array."""
+        if self._flatten is None:
+            return np.asarray(obs)
+        return np.asarray(flatten_inputs_to_1d_tensor(obs, self._flatten[0], batch_axis=True),
+                          dtype=np.float32)
 
     # ------------------------------------------------------------------ env access
 
@@ -258,7 +317,7 @@ class LeanEnvRunner(SingleAgentEnvRunner):
         obs, _infos = self._try_env_reset(
             seed=self._seed if self._needs_initial_reset else None, options=None)
         self._needs_initial_reset = False
-        obs = np.asarray(obs)
+        obs = self._lean_obs(obs)
         n = self.num_envs
         now = time.perf_counter()
         state: Dict[str, Any] = {
@@ -285,7 +344,8 @@ class LeanEnvRunner(SingleAgentEnvRunner):
     @override(SingleAgentEnvRunner)
     def _sample(self, *, num_timesteps=None, num_episodes=None, explore: bool,
                 random_actions: bool = False, force_reset: bool = False):
-        if num_timesteps is None or random_actions or self.module is None:
+        if (num_timesteps is None or random_actions or self.module is None
+                or self._rllib_loop_reason is not None):
             # RLlib's loop on its own episode objects; the lean state restarts afterwards.
             lean_was_running = self._lean is not None
             self._lean = None
@@ -462,7 +522,7 @@ class LeanEnvRunner(SingleAgentEnvRunner):
         obs, rew, term, trunc, info = results
         if b["rew"] is None:
             b["rew"] = np.zeros(b["act"].shape, np.asarray(rew).dtype)
-        b["obs"][v + 1, sl] = obs
+        b["obs"][v + 1, sl] = obs if self._flatten is None else self._lean_obs(obs)
         b["rew"][v, sl] = rew
         b["term"][v, sl] = term
         b["trunc"][v, sl] = trunc
@@ -614,7 +674,9 @@ class LeanEnvRunner(SingleAgentEnvRunner):
             terminated = bool(b["term"][last, i])
             truncated = bool(b["trunc"][last, i])
         episode = SingleAgentEpisode(
-            id_=s["ids"][i], observations=obs, observation_space=self.env.single_observation_space,
+            id_=s["ids"][i], observations=obs,
+            observation_space=(self.env.single_observation_space if self._flatten is None
+                               else self._flatten[1]),
             infos=infos, actions=actions,
             action_space=self.env.single_action_space, rewards=rewards,
             terminated=terminated, truncated=truncated, extra_model_outputs=extras,

@@ -4,6 +4,7 @@ step per iteration, as A2C does). A2C is the `credit="a2c"` member of the family
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import numbers
 import os
@@ -32,10 +33,11 @@ from ray.rllib.connectors.learner.frame_stacking import FrameStackingLearner
 from ray.rllib.utils import force_list
 
 from hca_rllib.callbacks import STATS_CLS_LOOKUP, GameScoreCallback
-from hca_rllib.connectors import DEFAULT_LEARNER_PATH, LEARNER_PATHS, LeanEpisodesToBatch
+from hca_rllib.connectors import (DEFAULT_LEARNER_PATH, LEARNER_PATHS, LeanEpisodesToBatch,
+                                  flatten_observations_if_needed, lean_learner_blocker)
 from hca_rllib.credit import CALIBRATIONS, CREDIT_MODES, HINDSIGHT_CREDIT_MODES, TRUST_MODES
-from hca_rllib.env_runner import (DEFAULT_SAMPLER, DEFAULT_SAMPLER_OVERLAP, SAMPLERS, LeanEnvRunner,
-                                   unsupported_callbacks)
+from hca_rllib.env_runner import (AUTO, DEFAULT_SAMPLER, DEFAULT_SAMPLER_OVERLAP, SAMPLERS, LeanEnvRunner,
+                                   lean_sampler_blocker)
 from hca_rllib.envs.resolver import EnvResolutionError, env_family, resolve_env
 from hca_rllib.module import HINDSIGHT_CHOICES, HINDSIGHT_DEFAULTS, hindsight_option_error
 
@@ -175,20 +177,26 @@ def _is_rllib_value(old: str, value: Any) -> bool:
     return old in _RLLIB_FIELDS and value is None
 
 
-# Which paths a new config takes by default: the lean ones, or RLlib's own with
-# HCA_RLLIB_PATHS=rllib (the whole test suite runs on either: `make test-rllib-paths`).
+# Which paths a new config takes by default: "auto" (the lean path where the config uses
+# only what it supports, RLlib's otherwise), or with HCA_RLLIB_PATHS=rllib RLlib's own
+# (the whole test suite runs on either: `make test-rllib-paths`), or "lean" (refusing
+# what the lean paths do not support).
 PATHS_ENV = "HCA_RLLIB_PATHS"
+PATHS_ENV_VALUES = (AUTO, "lean", "rllib")
+
+logger = logging.getLogger(__name__)
 
 
 def default_paths() -> tuple:
-    """(sampler, learner_path) a new `HCAConfig` starts with: ("lean", "lean"), or
-    ("rllib", "rllib") when the environment variable HCA_RLLIB_PATHS is "rllib"."""
-    value = os.environ.get(PATHS_ENV, "lean")
-    if value == "lean":
+    """(sampler, learner_path) a new `HCAConfig` starts with: ("auto", "auto"), or
+    ("lean", "lean") / ("rllib", "rllib") when the environment variable HCA_RLLIB_PATHS
+    is "lean" / "rllib"."""
+    value = os.environ.get(PATHS_ENV, AUTO)
+    if value == AUTO:
         return DEFAULT_SAMPLER, DEFAULT_LEARNER_PATH
-    if value == "rllib":
-        return "rllib", "rllib"
-    raise ValueError(f"{PATHS_ENV} must be 'lean' or 'rllib', got {value!r}")
+    if value in SAMPLERS:
+        return value, value
+    raise ValueError(f"{PATHS_ENV} must be one of {list(PATHS_ENV_VALUES)}, got {value!r}")
 
 
 class HCAConfig(AlgorithmConfig):
@@ -227,16 +235,22 @@ class HCAConfig(AlgorithmConfig):
         self.callbacks_class = [GameScoreCallback]
         self.stats_cls_lookup = dict(STATS_CLS_LOOKUP)
         # The EnvRunner's timestep loop: "lean" (`hca_rllib.env_runner.LeanEnvRunner`,
-        # installed through RLlib's `env_runner_cls` hook) or "rllib" (RLlib's
-        # SingleAgentEnvRunner with its connector pipelines); docs/method.md, "Sampling".
-        # HCA_RLLIB_PATHS=rllib starts both `sampler` and `learner_path` at "rllib".
+        # installed through RLlib's `env_runner_cls` hook), "rllib" (RLlib's
+        # SingleAgentEnvRunner with its connector pipelines) or "auto" (the default: lean
+        # unless the config uses something only RLlib's runner does, see
+        # `resolved_sampler`); docs/method.md, "Sampling". HCA_RLLIB_PATHS=rllib (or lean)
+        # starts both `sampler` and `learner_path` there.
         self.sampler, self.learner_path = default_paths()
+        # The (path, value, reason) lines "auto" has logged for this config (its copies
+        # and serialized forms carry it, so a resolution is logged once, not per copy).
+        self._auto_paths_logged = []
         # sampler="lean" only: the envs as two groups, the policy's forward pass on one
         # group's observations while the other group's envs step (ale-py's C++ threads;
         # a worker thread for Python envs). The same batch; docs/method.md, "Sampling".
         self.sampler_overlap = DEFAULT_SAMPLER_OVERLAP
-        # The learner's path from episodes to the update: "lean" (one concatenating
-        # connector piece, no artificial bootstrap rows, the credit from the gradient
+        # The learner's path from episodes to the update ("auto", the default: lean unless
+        # the config uses something only RLlib's pieces do, see `resolved_learner_path`):
+        # "lean" (one concatenating connector piece, no artificial bootstrap rows, the credit from the gradient
         # pass when the batch gets one gradient step) or "rllib" (RLlib's learner
         # connector pieces after AddOneTsToEpisodesAndTruncate, credit from a no-grad
         # pass); docs/method.md, section 3.4. Set above, with `sampler`.
@@ -258,7 +272,8 @@ class HCAConfig(AlgorithmConfig):
 
     @override(AlgorithmConfig)
     def learners(self, *, learner_path=NotProvided, **kwargs) -> "HCAConfig":
-        """RLlib's Learner settings; `learner_path`: "lean" or "rllib" (see `LEARNER_PATHS`)."""
+        """RLlib's Learner settings; `learner_path`: "auto" (the default), "lean" or
+        "rllib" (see `LEARNER_PATHS`, `resolved_learner_path`)."""
         super().learners(**kwargs)
         if learner_path is not NotProvided:
             self.learner_path = learner_path
@@ -266,7 +281,8 @@ class HCAConfig(AlgorithmConfig):
 
     @override(AlgorithmConfig)
     def env_runners(self, *, sampler=NotProvided, sampler_overlap=NotProvided, **kwargs) -> "HCAConfig":
-        """RLlib's EnvRunner settings; `sampler`: "lean" or "rllib" (see `SAMPLERS`);
+        """RLlib's EnvRunner settings; `sampler`: "auto" (the default), "lean" or "rllib"
+        (see `SAMPLERS`, `resolved_sampler`);
         `sampler_overlap` (lean only): step one half of the envs while the policy runs
         on the other half's observations."""
         super().env_runners(**kwargs)
@@ -307,13 +323,32 @@ class HCAConfig(AlgorithmConfig):
         pipeline = super().build_env_to_module_connector(env=env, spaces=spaces, device=device)
         if self.resolved_frame_stack > 1:
             pipeline.prepend(FrameStackingEnvToModule(num_frames=self.resolved_frame_stack))
+        # Discrete, MultiDiscrete, Dict, Tuple observations: one-hot and flattened into
+        # one vector by RLlib's FlattenObservations (as SB3 does), unless the user's
+        # pieces already flatten them.
+        flatten_observations_if_needed(pipeline, multi_agent=self.is_multi_agent)
         return pipeline
 
     @property
+    def resolved_sampler(self) -> str:
+        """The sampler this config runs: `sampler`, or for "auto" "lean" when everything
+        the config uses is on the lean runner's allow-list, "rllib" otherwise."""
+        if self.sampler != AUTO:
+            return self.sampler
+        return "rllib" if lean_sampler_blocker(self) else "lean"
+
+    @property
+    def resolved_learner_path(self) -> str:
+        """The learner path this config runs: `learner_path`, or for "auto" "lean" when
+        everything the config uses is on the lean path's allow-list, "rllib" otherwise."""
+        if self.learner_path != AUTO:
+            return self.learner_path
+        return "rllib" if lean_learner_blocker(self) else "lean"
+
+    @property
     def uses_lean_learner(self) -> bool:
-        """Whether the Learner takes the lean path (`learner_path="lean"` with RLlib's
-        default pieces wanted: `add_default_connectors_to_learner_pipeline`)."""
-        return self.learner_path == "lean" and self.add_default_connectors_to_learner_pipeline
+        """Whether the Learner takes the lean path (`resolved_learner_path` "lean")."""
+        return self.resolved_learner_path == "lean"
 
     @override(AlgorithmConfig)
     def build_learner_connector(self, input_observation_space, input_action_space, device=None):
@@ -468,42 +503,63 @@ class HCAConfig(AlgorithmConfig):
             if error:
                 fail(error)
 
+    def _announce_auto(self, path: str, value: str, reason: Optional[str]) -> None:
+        """One log line when "auto" resolves `path` to RLlib's, naming the feature; once
+        per config (its copies, Tune's and checkpoints' serialized forms included)."""
+        if reason is None:
+            return
+        entry = [path, value, reason]
+        logged = getattr(self, "_auto_paths_logged", None)
+        if not isinstance(logged, list):
+            logged = []
+        if entry in logged:
+            return
+        what = ("RLlib's SingleAgentEnvRunner" if path == "sampler"
+                else "RLlib's learner connector pieces")
+        logger.info(f"{path}: {what} for this run: {reason}")
+        self._auto_paths_logged = logged + [entry]
+
     def _validate_sampler(self) -> None:
-        """Check `sampler` and install its EnvRunner class (RLlib's `env_runner_cls`
-        hook). A class the user set there is kept; recording (`output`) keeps RLlib's
-        offline runner."""
-        if self.sampler not in SAMPLERS:
-            self._value_error(f"sampler must be one of {list(SAMPLERS)}, got {self.sampler!r}")
+        """Check `sampler`, resolve "auto" and install its EnvRunner class (RLlib's
+        `env_runner_cls` hook). A class the user set there is kept; recording (`output`)
+        keeps RLlib's offline runner."""
+        if self.sampler not in (AUTO,) + SAMPLERS:
+            self._value_error(f"sampler must be one of {[AUTO, *SAMPLERS]}, got {self.sampler!r}")
         if not isinstance(self.sampler_overlap, bool):
             self._value_error(f"sampler_overlap must be True or False, got {self.sampler_overlap!r}")
+        own_class = self.env_runner_cls in (None, LeanEnvRunner)
+        reason = lean_sampler_blocker(self) if own_class and not self.output else None
+        if self.sampler == "lean" and reason:
+            self._value_error(f"sampler='lean' cannot run this config: {reason}; use sampler='auto' "
+                              f"(the default) or 'rllib'")
+        sampler = self.resolved_sampler
+        if self.sampler == AUTO:
+            self._announce_auto("sampler", sampler, reason)
         if self.sampler_overlap:
-            if self.sampler != "lean":
-                self._value_error(f"sampler_overlap=True needs sampler='lean', got sampler={self.sampler!r}")
+            if sampler != "lean":
+                why = f" ({reason})" if self.sampler == AUTO and reason else ""
+                self._value_error(f"sampler_overlap=True needs sampler='lean', got "
+                                  f"sampler={self.sampler!r}{why}")
             if self.num_envs_per_env_runner < 2:
                 self._value_error(f"sampler_overlap=True needs num_envs_per_env_runner >= 2 (two groups "
                                   f"of envs), got {self.num_envs_per_env_runner}")
-        lean = self.sampler == "lean" and not self.output
-        if lean and self.env_runner_cls in (None, LeanEnvRunner):
-            if self._env_to_module_connector is not None or self._module_to_env_connector is not None:
-                self._value_error("sampler='lean' runs no user connectors (env_to_module_connector / "
-                                  "module_to_env_connector): use sampler='rllib'")
-            reason = unsupported_callbacks(self)
-            if reason:
-                self._value_error(reason)
+        if sampler == "lean" and not self.output and own_class:
             self.env_runner_cls = LeanEnvRunner
         elif self.env_runner_cls is LeanEnvRunner:
             self.env_runner_cls = None
 
     def _validate_learner_path(self) -> None:
-        """Check `learner_path`; the lean path builds the whole train batch itself."""
-        if self.learner_path not in LEARNER_PATHS:
-            self._value_error(f"learner_path must be one of {list(LEARNER_PATHS)}, got {self.learner_path!r}")
-        if self.learner_path == "lean":
-            if self._learner_connector is not None:
-                self._value_error("learner_path='lean' runs no user learner connectors "
-                                  "(learners(learner_connector=...)): use learner_path='rllib'")
-            if self.is_multi_agent:
-                self._value_error("learner_path='lean' is single-agent: use learner_path='rllib'")
+        """Check `learner_path` and resolve "auto"; the lean path builds the whole train
+        batch itself."""
+        if self.learner_path not in (AUTO,) + LEARNER_PATHS:
+            self._value_error(f"learner_path must be one of {[AUTO, *LEARNER_PATHS]}, "
+                              f"got {self.learner_path!r}")
+        reason = lean_learner_blocker(self)
+        if self.learner_path == "lean" and reason:
+            self._value_error(f"learner_path='lean' cannot run this config: {reason}; use "
+                              f"learner_path='auto' (the default) or 'rllib'")
+        if self.learner_path == AUTO:
+            self._announce_auto("learner_path", self.resolved_learner_path, reason)
 
     def _validate_env(self) -> None:
         """Check the environment before any worker starts (unknown id, missing extra,
@@ -665,9 +721,11 @@ class HCA(Algorithm):
                         (ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME)
                     ),
                 },
-                # No `num_epochs`/`minibatch_size`: each learner takes its whole shard
-                # as one batch, one gradient step (with several learners, RLlib
-                # would otherwise count minibatches from `minibatch_size`).
+                # By default no `num_epochs`/`minibatch_size`: each learner takes its
+                # whole shard as one batch, one gradient step (with several learners,
+                # RLlib would otherwise count minibatches from `minibatch_size`). Set
+                # on the config (`training(num_epochs=, minibatch_size=)`), they pass on.
+                **self._epochs_and_minibatches(),
             )
             self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
 
@@ -679,6 +737,15 @@ class HCA(Algorithm):
                 inference_only=True,
             )
 
+
+    def _epochs_and_minibatches(self) -> Dict[str, Any]:
+        """RLlib's `num_epochs`, `minibatch_size` and `shuffle_batch_per_epoch` for the
+        update, when the config asks for more than one full-batch step."""
+        config = self.config
+        if config.num_epochs == 1 and config.minibatch_size is None:
+            return {}
+        return {"num_epochs": config.num_epochs, "minibatch_size": config.minibatch_size,
+                "shuffle_batch_per_epoch": config.shuffle_batch_per_epoch}
 
     def _refuse_if_env_runners_stay_lost(self) -> None:
         """With every remote EnvRunner lost, RLlib waits for Ray to restart them (on

@@ -336,7 +336,7 @@ def test_bad_hca_rllib_paths_is_a_one_line_error(command, tmp_path, monkeypatch,
     monkeypatch.setenv("HCA_RLLIB_PATHS", "fast")
     assert main([*command, "--output", str(tmp_path / "x")]) == 2
     stderr = capsys.readouterr().err
-    assert stderr.strip() == "hca-rllib: error: HCA_RLLIB_PATHS must be 'lean' or 'rllib', got 'fast'", stderr
+    assert stderr.strip() == "hca-rllib: error: HCA_RLLIB_PATHS must be one of ['auto', 'lean', 'rllib'], got 'fast'", stderr
     assert not (tmp_path / "x").exists()
 
 

@@ -248,14 +248,17 @@ def test_bad_sampler_value_is_a_one_line_error():
     config = A2CConfig().environment("CartPole-v1").env_runners(sampler="fast")
     with pytest.raises(ValueError) as error:
         config.validate()
-    assert str(error.value).splitlines()[0] == "sampler must be one of ['lean', 'rllib'], got 'fast'"
+    assert str(error.value).splitlines()[0] == "sampler must be one of ['auto', 'lean', 'rllib'], got 'fast'"
     config = HCAConfig().environment("CartPole-v1")
     config.update_from_dict({"sampler": "Lean"})
-    with pytest.raises(ValueError, match=r"^sampler must be one of \['lean', 'rllib'\], got 'Lean'"):
+    with pytest.raises(ValueError, match=r"^sampler must be one of \['auto', 'lean', 'rllib'\], got 'Lean'"):
         config.validate()
 
 
-def test_lean_refuses_per_step_callbacks_and_user_connectors():
+def test_lean_refuses_per_step_callbacks_and_user_connectors_auto_switches():
+    """Explicit sampler="lean" refuses a per-step callback or a user connector in one
+    line; "auto" (the default) takes RLlib's runner for them (tests/test_rllib_native.py
+    trains with them)."""
     from ray.rllib.callbacks.callbacks import RLlibCallback
 
     class PerStep(RLlibCallback):
@@ -263,21 +266,29 @@ def test_lean_refuses_per_step_callbacks_and_user_connectors():
             pass
 
     config = A2CConfig().environment("CartPole-v1").env_runners(sampler="lean").callbacks(PerStep)
-    with pytest.raises(ValueError, match=r"^sampler='lean' makes no per-step episode callbacks, "
-                                         r"and PerStep.on_episode_step is defined: use sampler='rllib'"):
+    with pytest.raises(ValueError, match=r"^sampler='lean' cannot run this config: PerStep.on_episode_step "
+                                         r"is defined \(the lean sampler makes no per-step episode "
+                                         r"callbacks\); use sampler='auto' \(the default\) or 'rllib'"):
         config.validate()
     config.env_runners(sampler="rllib").validate()  # RLlib's loop takes them
     assert config.env_runner_cls is None
+    config.env_runners(sampler="auto").validate()
+    assert config.env_runner_cls is None and config.resolved_sampler == "rllib"
 
     config = A2CConfig().environment("CartPole-v1").env_runners(
         sampler="lean", env_to_module_connector=lambda env=None, spaces=None, device=None: [])
-    with pytest.raises(ValueError, match=r"^sampler='lean' runs no user connectors"):
+    with pytest.raises(ValueError, match=r"^sampler='lean' cannot run this config: env_to_module_connector "
+                                         r"is set \(the lean sampler runs no user connectors\)"):
         config.validate()
+    config.env_runners(sampler="auto").validate()
+    assert config.env_runner_cls is None and config.resolved_sampler == "rllib"
 
 
 def test_sampler_installs_the_env_runner_class():
     config = A2CConfig().environment("CartPole-v1")
-    assert DEFAULT_SAMPLER == "lean" and config.sampler == default_paths()[0]  # HCA_RLLIB_PATHS
+    assert DEFAULT_SAMPLER == "auto" and config.sampler == default_paths()[0]  # HCA_RLLIB_PATHS
+    config.env_runners(sampler="auto").validate()
+    assert config.env_runner_cls is LeanEnvRunner and config.resolved_sampler == "lean"
     config.env_runners(sampler="lean").validate()
     assert config.env_runner_cls is LeanEnvRunner
     config.env_runners(sampler="rllib").validate()

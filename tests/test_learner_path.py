@@ -286,32 +286,41 @@ def test_lean_layout_returns_match_the_padded_layout():
                                credit.chunk_ids(real)[real])
 
 
-def test_learner_path_is_validated_and_defaults_to_lean():
-    assert DEFAULT_LEARNER_PATH == "lean" and HCAConfig().learner_path == default_paths()[1]
+def test_learner_path_is_validated_and_defaults_to_auto():
+    assert DEFAULT_LEARNER_PATH == "auto" and HCAConfig().learner_path == default_paths()[1]
     assert LEARNER_PATHS == ("lean", "rllib")
-    with pytest.raises(ValueError, match=r"learner_path must be one of \['lean', 'rllib'\], got 'fast'"):
+    with pytest.raises(ValueError, match=r"learner_path must be one of \['auto', 'lean', 'rllib'\], got 'fast'"):
         HCAConfig().environment("CartPole-v1").learners(learner_path="fast").validate()
-    with pytest.raises(ValueError, match="learner_path='lean' runs no user learner connectors"):
+    with pytest.raises(ValueError, match="^learner_path='lean' cannot run this config: learner_connector is set"):
         HCAConfig().environment("CartPole-v1").learners(learner_path="lean",
                                                          learner_connector=lambda *a, **k: []).validate()
-    config = HCAConfig().environment("CartPole-v1").learners(learner_path="rllib",
-                                                              learner_connector=lambda *a, **k: [])
-    config.validate()  # RLlib's path takes them
+    for path in ("rllib", "auto"):  # RLlib's path takes them; "auto" picks it
+        config = HCAConfig().environment("CartPole-v1").learners(learner_path=path,
+                                                                  learner_connector=lambda *a, **k: [])
+        config.validate()
+        assert config.resolved_learner_path == "rllib" and not config.uses_lean_learner
+    config = HCAConfig().environment("CartPole-v1").learners(learner_path="auto")
+    config.validate()
+    assert config.resolved_learner_path == "lean" and config.uses_lean_learner
 
 
 def test_hca_rllib_paths_switches_both_defaults(monkeypatch):
     """HCA_RLLIB_PATHS (what `make test-rllib-paths` sets for the whole suite): unset or
-    "lean", the lean sampler and learner path; "rllib", RLlib's own runner and learner
+    "auto", the lean sampler and learner path where the config allows; "lean", the lean
+    paths (refusing what they do not support); "rllib", RLlib's own runner and learner
     connectors; anything else, a one-line error naming the variable. An explicit setting
     always wins."""
     from hca_rllib.env_runner import LeanEnvRunner
 
     monkeypatch.delenv("HCA_RLLIB_PATHS", raising=False)
-    assert default_paths() == ("lean", "lean")
+    assert default_paths() == ("auto", "auto")
     config = HCAConfig().environment("CartPole-v1")
-    assert (config.sampler, config.learner_path) == ("lean", "lean")
+    assert (config.sampler, config.learner_path) == ("auto", "auto")
     config.validate()
     assert config.env_runner_cls is LeanEnvRunner and config.uses_lean_learner
+    assert (config.resolved_sampler, config.resolved_learner_path) == ("lean", "lean")
+    monkeypatch.setenv("HCA_RLLIB_PATHS", "auto")
+    assert default_paths() == ("auto", "auto")
     monkeypatch.setenv("HCA_RLLIB_PATHS", "lean")
     assert default_paths() == ("lean", "lean")
     monkeypatch.setenv("HCA_RLLIB_PATHS", "rllib")
@@ -325,7 +334,7 @@ def test_hca_rllib_paths_switches_both_defaults(monkeypatch):
     monkeypatch.setenv("HCA_RLLIB_PATHS", "fast")
     with pytest.raises(ValueError) as error:
         HCAConfig()
-    assert str(error.value) == "HCA_RLLIB_PATHS must be 'lean' or 'rllib', got 'fast'"
+    assert str(error.value) == "HCA_RLLIB_PATHS must be one of ['auto', 'lean', 'rllib'], got 'fast'"
 
 
 def test_all_finite_is_the_elementwise_check():
