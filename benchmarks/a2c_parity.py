@@ -329,9 +329,9 @@ def run_all(args, out: Path, env_keys, seeds, steps: Dict[str, int]) -> None:
         nonlocal ray_started
         env_key, seed, library = item
         if library == "ours" and not ray_started:
-            import ray
+            from hca_rllib.runner import start_local_ray
 
-            ray.init(**RAY_INIT_KWARGS)
+            start_local_ray(**RAY_INIT_KWARGS)
             ray_started = True
         torch.set_num_threads(args.torch_threads)
         runner = run_sb3 if library == "sb3" else run_ours

@@ -365,9 +365,9 @@ def run_plan_with_ray(todo: Sequence[Any], *, run_one: Callable[[Any], Dict[str,
         import torch
 
         if not ray_started:
-            import ray
+            from hca_rllib.runner import start_local_ray
 
-            ray.init(**RAY_INIT_KWARGS)
+            start_local_ray(**RAY_INIT_KWARGS)
             ray_started = True
         torch.set_num_threads(torch_threads)
         return run_one(item)

@@ -710,10 +710,11 @@ def main(argv=None) -> int:
     ray = None
     if not args.skip_rllib:
         import ray
+        from hca_rllib.runner import start_local_ray
         import torch
 
         torch.set_num_threads(args.torch_threads)
-        ray.init(**RAY_INIT_KWARGS)
+        start_local_ray(**RAY_INIT_KWARGS)
     try:
         for game in args.games:
             print(f"{game}: throughput", flush=True)

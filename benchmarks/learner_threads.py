@@ -78,10 +78,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     import ray
+    from hca_rllib.runner import start_local_ray
     import torch
 
     torch.set_num_threads(1)
-    ray.init(**RAY_INIT_KWARGS)
+    start_local_ray(**RAY_INIT_KWARGS)
     try:
         out = {"command": command_line(), "machine": machine_note(),
                "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "(default: active)"),

@@ -1425,10 +1425,11 @@ def main(argv: Optional[List[str]] = None) -> None:
 
     machine = machine_note()
     import ray
+    from hca_rllib.runner import start_local_ray
     import torch
 
     torch.set_num_threads(1)
-    ray.init(**RAY_INIT_KWARGS)
+    start_local_ray(**RAY_INIT_KWARGS)
     rounds: List[Dict[str, Dict[str, Dict[str, Any]]]] = []
     details: Dict[str, Any] = {"learner_split": [], "profile": [], "update_profile": []}
     try:

@@ -908,30 +908,40 @@ def _start_ray(ray, address: Optional[str]) -> None:
         memory = psutil.virtual_memory().total
     except ImportError:
         memory = 8 * 2**30
-    for attempt in (1, 2):
-        try:
-            ray.init(
-                address="local",
-                num_cpus=os.cpu_count() or 1,
-                include_dashboard=False,
-                object_store_memory=int(min(max(memory // 10, 300 * 2**20), 2 * 2**30)),
-                log_to_driver=False,
-                _node_ip_address="127.0.0.1",
-            )
-            return
-        except Exception as error:  # noqa: BLE001 - Ray raises a bare Exception here
-            if NODE_START_TIMEOUT not in str(error):
-                raise
-            ray.shutdown()  # stops what the failed start left running
-            if attempt == 2:
-                raise RayStartError(f"Ray's node did not start within Ray's limit, twice ({error}); "
-                                    f"the machine may be overloaded") from None
-            print("warning: Ray's node did not start within Ray's limit; trying once more", file=sys.stderr)
+    start_local_ray(
+        address="local",
+        num_cpus=os.cpu_count() or 1,
+        include_dashboard=False,
+        object_store_memory=int(min(max(memory // 10, 300 * 2**20), 2 * 2**30)),
+        log_to_driver=False,
+        _node_ip_address="127.0.0.1",
+    )
 
 
 # What Ray (2.60, `ray._private.node`) raises when its raylet does not register within
 # its fixed 30 s: a loaded machine, not a broken install, so an embedded start is retried.
 NODE_START_TIMEOUT = "timed out during startup"
+
+
+def start_local_ray(**init_kwargs) -> None:
+    """`ray.init(**init_kwargs)` for a Ray started here (not one to connect to), tried
+    once more when the node does not start within Ray's limit (`NODE_START_TIMEOUT`),
+    after `ray.shutdown()` stops what the failed start left running. A second time-out
+    is `RayStartError`, one line."""
+    import ray
+
+    for attempt in (1, 2):
+        try:
+            ray.init(**init_kwargs)
+            return
+        except Exception as error:  # noqa: BLE001 - Ray raises a bare Exception here
+            if NODE_START_TIMEOUT not in str(error):
+                raise
+            ray.shutdown()
+            if attempt == 2:
+                raise RayStartError(f"Ray's node did not start within Ray's limit, twice ({error}); "
+                                    f"the machine may be overloaded") from None
+            print("warning: Ray's node did not start within Ray's limit; trying once more", file=sys.stderr)
 
 
 class RayStartError(RuntimeError):

@@ -11,8 +11,10 @@ def ray_local():
     """One embedded Ray for the session, bound to loopback, sized for 2 cores."""
     import ray
 
+    from hca_rllib.runner import start_local_ray
+
     if not ray.is_initialized():
-        ray.init(
+        start_local_ray(  # tried once more if the node start times out on a loaded machine
             address="local",
             num_cpus=2,
             include_dashboard=False,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from test_cluster import BIN, CLUSTER, _readme_commands, _run, cluster_dir  # noqa: F401 - a fixture
+from test_cluster import BIN, _readme_commands, _run, cluster_dir  # noqa: F401 - a fixture
 
 CLI = [sys.executable, "-m", "hca_rllib"]
 SMALL = ["--num-envs-per-env-runner", "4", "--set", "train_batch_size_per_learner=256"]
