@@ -872,7 +872,7 @@ def profile_sampling(env: str, calls: int, quick: bool, method: str = "a2c") -> 
                   key=lambda kv: -kv[1][3])
     vector_steps = calls * SETTINGS[env]["n_steps"]
     return {
-        "env": env, "method": method, "sampler": algo.config.sampler, "calls": calls,
+        "env": env, "method": method, "sampler": algo.config.resolved_sampler, "calls": calls,
         "steps_per_s_unprofiled": steps / plain_s, "steps_per_s_profiled": psteps / profiled_s,
         "vector_step_us_unprofiled": 1e6 * plain_s / vector_steps,
         "module_eval_us": eval_us, "module_submodules": n_submodules,
@@ -1134,12 +1134,11 @@ def _memory_table(data: Dict[str, Any]) -> List[str]:
 
 
 def _sampler_of(profile: Dict[str, Any]) -> str:
-    """The sampler a profile ran (runs before it was stored: from the method's name)."""
-    from hca_rllib.env_runner import DEFAULT_SAMPLER
-
+    """The sampler a profile ran (runs before it was stored: from the method's name; the
+    lean one was the default then)."""
     if profile.get("sampler"):
         return profile["sampler"]
-    return {"a2c_rllib": "rllib", "a2c_lean": "lean"}.get(profile.get("method"), DEFAULT_SAMPLER)
+    return {"a2c_rllib": "rllib", "a2c_lean": "lean"}.get(profile.get("method"), "lean")
 
 
 def _profile_section(profile: Dict[str, Any]) -> List[str]:

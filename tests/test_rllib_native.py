@@ -482,3 +482,33 @@ def test_frozen_lake_learns_from_one_hot_observations(ray_local, algo):
         assert total == 1.0  # the greedy policy walks to the goal
     finally:
         algo_.stop()
+
+
+def test_lean_runner_built_with_what_it_cannot_run():
+    """The EnvRunner class itself: with sampler="auto" (a case only the built env or
+    pipeline shows) it samples with RLlib's loop and says so once; with "lean" it refuses
+    in one line."""
+    from hca_rllib.env_runner import LeanEnvRunner
+
+    def config_with(sampler):
+        config = _cartpole("default")
+        config.validate()
+        # What validate() would have sent to RLlib's runner, set behind its back.
+        config.env_runners(sampler=sampler,
+                           env_to_module_connector=lambda env=None, spaces=None, device=None: MeanStdFilter())
+        return config
+
+    runner = LeanEnvRunner(config=config_with("auto"))
+    try:
+        episodes = runner.sample(num_timesteps=256)
+        assert sum(len(e) for e in episodes) >= 256
+        assert runner._lean is None  # the lean loop never ran
+        obs = np.concatenate([e.get_observations(slice(0, len(e))) for e in episodes])
+        assert np.all(obs.std(0) > 0.3)  # filtered (raw CartPole's pole angle: a few hundredths)
+    finally:
+        runner.stop()
+    with pytest.raises(ValueError) as error:
+        LeanEnvRunner(config=config_with("lean"))
+    assert str(error.value) == (
+        "sampler='lean' cannot run this config: env_to_module_connector is set (the lean sampler runs "
+        "no user connectors); use sampler='auto' (the default) or 'rllib'")
