@@ -1,17 +1,16 @@
-"""Rewrite stored benchmark runs as compact records (`common.compact_record`).
+"""Rewrite stored benchmark runs as compact records (`common.compact_record`), or check them.
 
 The benchmark scripts write compact records themselves (`common.store_run`); this script
-converted the runs stored before that (issue 13: 113 MB of pretty-printed JSON with every
-episode's return and length), and is kept so that the conversion can be repeated and
-checked. It is idempotent: a compact record is left as it is.
+converts a run store written in the older, full format (pretty-printed JSON with every
+episode's return and length) and checks that every committed run record is compact. It is
+idempotent: a compact record is left as it is.
 
-    .venv/bin/python benchmarks/compact_results.py            # the four run stores below
-    .venv/bin/python benchmarks/compact_results.py --check    # exit 1 if any is not compact
-    .venv/bin/python benchmarks/compact_results.py DIR ...    # other run stores
+    .venv/bin/python benchmarks/compact_results.py --check    # exit 1 if a run under results/ is not compact
+    .venv/bin/python benchmarks/compact_results.py DIR ...    # convert the run stores DIR ...
 
-`--keep-raw` also writes each full record beside its compact one (`*.raw.json.gz`,
-ignored by git). The full records of the runs converted in the tree are in git history
-(the commit before the conversion).
+A run record is any `*_seed*.json` at any depth of a store (`<task>/<method>_seed<k>.json`
+of the grid benchmarks, `<cell>.json` of `atari_long.py`). `--keep-raw` also writes each
+full record beside its compact one (`*.raw.json.gz`, ignored by git).
 """
 
 from __future__ import annotations
@@ -28,27 +27,26 @@ if str(BENCH_DIR) not in sys.path:
 from common import RECORD_FORMAT, compact_record, store_run, write_json  # noqa: E402
 
 RESULTS = BENCH_DIR / "results"
-STORES = ("a2c_parity", "credit_modes", "learning", "credit_analysis")
-PATTERN = "*/*_seed*.json"  # one run per file, as `load_runs` reads them
+PATTERN = "*_seed*.json"  # one run per file, at any depth
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("dirs", nargs="*", type=Path,
-                        help="run stores (default: benchmarks/results/{%s})" % ",".join(STORES))
+                        help="run stores (default: benchmarks/results, every run record below it)")
     parser.add_argument("--check", action="store_true", help="only report; exit 1 if any run "
                         "is not compact")
     parser.add_argument("--keep-raw", action="store_true",
                         help="also write the full record beside the compact one (not in git)")
     args = parser.parse_args(argv)
-    dirs = args.dirs or [RESULTS / name for name in STORES]
+    dirs = args.dirs or [RESULTS]
     for directory in dirs:
         if not directory.is_dir():
             parser.error(f"{directory} is not a directory")
     pending = converted = 0
     before = after = 0
     for directory in dirs:
-        for path in sorted(directory.glob(PATTERN)):
+        for path in sorted(directory.rglob(PATTERN)):
             size = path.stat().st_size
             data = json.loads(path.read_text())
             if data.get("record_format") == RECORD_FORMAT:

@@ -144,6 +144,14 @@ def test_credit_modes_quick(tmp_path):
     assert "| cartpole | expected_hca |" in text and "credit_modes.py" in text
     for name in ("curves_bandit.png", "curves_cartpole.png", "final_scores.png"):
         assert (tmp_path / name).stat().st_size > 0, name
+    # The script's own resume check accepts the compact cell it wrote and refuses it for
+    # another method or task.
+    credit_modes = _import_benchmark("credit_modes")
+    cell = json.loads((tmp_path / "bandit" / "a2c_seed0.json").read_text())
+    assert cell["record_format"] == "compact-1"
+    assert credit_modes._stored_mismatch(("bandit", 0, "a2c"), cell) is None
+    assert "overrides" in credit_modes._stored_mismatch(("bandit", 0, "expected_hca"), cell)
+    assert "env" in credit_modes._stored_mismatch(("shortcut", 0, "a2c"), cell)
 
 
 @pytest.mark.benchmark
@@ -360,6 +368,12 @@ def test_learning_quick(tmp_path):
                     assert run["final_score"] == run["final_return"]
     again = _run_script("learning.py", "--quick", "--out", tmp_path)
     assert again.stdout.count("(stored)") == 8, again.stdout[-2000:]
+    learning = _import_benchmark("learning")
+    cell = json.loads((tmp_path / "umbrella_length_10" / "a2c_seed1.json").read_text())
+    assert learning._stored_mismatch(("umbrella_length_10", 1, "a2c"), cell) is None
+    assert "overrides" in learning._stored_mismatch(("umbrella_length_10", 1, "expected_hca"), cell)
+    del cell["final_return"]
+    assert "terminal-reward" in learning._stored_mismatch(("umbrella_length_10", 1, "a2c"), cell)
     summary = json.loads((tmp_path / "summary.json").read_text())
     for domain in ("bsuite", "MinAtar"):
         agg = summary["domains"][domain]
@@ -576,24 +590,6 @@ def test_run_plan_resumes_compact_cells_and_stops_on_a_mismatch(tmp_path):
         common.run_plan([0], **kwargs, stored_mismatch=lambda item, s: (
             "overrides differ" if s["overrides"] != {"credit": "hca"} else None))
     assert made == [0, 1, 1]
-
-
-def test_stored_mismatch_checks_read_the_committed_compact_cells():
-    """The benchmarks' own checks accept the committed (compact) cell they made and
-    refuse it for another method or task."""
-    credit_modes = _import_benchmark("credit_modes")
-    learning = _import_benchmark("learning")
-    results = BENCHMARKS / "results"
-    cell = json.loads((results / "credit_modes" / "bandit" / "hca_batch_seed0.json").read_text())
-    assert cell["record_format"] == "compact-1"
-    assert credit_modes._stored_mismatch(("bandit", 0, "hca_batch"), cell) is None
-    assert "overrides" in credit_modes._stored_mismatch(("bandit", 0, "a2c"), cell)
-    assert "env" in credit_modes._stored_mismatch(("shortcut", 0, "hca_batch"), cell)
-    cell = json.loads((results / "learning" / "umbrella_length_10" / "mix_seed3.json").read_text())
-    assert learning._stored_mismatch(("umbrella_length_10", 3, "mix"), cell) is None
-    assert "overrides" in learning._stored_mismatch(("umbrella_length_10", 3, "hca_batch"), cell)
-    del cell["final_return"]
-    assert "terminal-reward" in learning._stored_mismatch(("umbrella_length_10", 3, "mix"), cell)
 
 
 def test_committed_results_are_compact():
