@@ -1,7 +1,8 @@
 """A lean EnvRunner for the single-agent, discrete-action case (``sampler="lean"``).
 
 Installed through RLlib's ``env_runner_cls`` hook by :class:`hca_rllib.HCAConfig` when
-``sampler="lean"``. It subclasses RLlib's ``SingleAgentEnvRunner`` and replaces only the
+the sampler resolves to "lean" (``sampler="lean"``, or ``"auto"``, the default, for a
+config that uses nothing off the allow-list: `lean_sampler_blocker`). It subclasses RLlib's ``SingleAgentEnvRunner`` and replaces only the
 timestep loop of ``_sample`` (``sample()``'s framing, weight sync, state, checkpoints,
 ``make_env``/``make_module`` and fault handling are RLlib's):
 
