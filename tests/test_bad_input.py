@@ -18,7 +18,7 @@ Count: `pytest --collect-only -q tests/test_bad_input.py -k one_line_error | gre
 778 cases, all clean. 579 of them made up the table for the `hca-rllib` subcommands alone;
 on the code before the checks for the other 199 (the scripts, the sweep's metric, the
 paths that cannot be written, zero for counts where zero means nothing), 156 of the 778
-were not clean: 93 in the scripts (a usage block, or accepted), 63 in `hca-rllib` (the
+were not clean: 101 in the scripts (a usage block, or accepted), 55 in `hca-rllib` (the
 sweep ran with a metric no trial reports, `report` of a file wrote a report, ...).
 """
 
