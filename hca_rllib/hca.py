@@ -250,10 +250,11 @@ class HCAConfig(AlgorithmConfig):
         self.sampler_overlap = DEFAULT_SAMPLER_OVERLAP
         # The learner's path from episodes to the update ("auto", the default: lean unless
         # the config uses something only RLlib's pieces do, see `resolved_learner_path`):
-        # "lean" (one concatenating connector piece, no artificial bootstrap rows, the credit from the gradient
-        # pass when the batch gets one gradient step) or "rllib" (RLlib's learner
-        # connector pieces after AddOneTsToEpisodesAndTruncate, credit from a no-grad
-        # pass); docs/method.md, section 3.4. Set above, with `sampler`.
+        # "lean" (one concatenating connector piece, no artificial bootstrap rows, the
+        # credit from the gradient pass when the batch gets one gradient step) or
+        # "rllib" (RLlib's learner connector pieces after AddOneTsToEpisodesAndTruncate,
+        # credit from a no-grad pass); docs/method.md, section 3.4. Set above, with
+        # `sampler`.
         # An iteration ends only once it has sampled: while every remote EnvRunner is
         # lost (its node gone, Ray restarting it elsewhere), RLlib's iteration loop keeps
         # restoring EnvRunners and retrying the step instead of returning one empty
