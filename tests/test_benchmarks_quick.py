@@ -594,12 +594,18 @@ def test_run_plan_resumes_compact_cells_and_stops_on_a_mismatch(tmp_path):
 
 def test_committed_results_are_compact():
     """benchmarks/results: at most 15 MB tracked, no spaces in file names, every run
-    record compact."""
+    record compact, and every directory cited by the results page (results/ holds only
+    what docs/results.md reports)."""
     out = subprocess.run(["git", "ls-files", "-z", "benchmarks/results"], cwd=REPO,
                          capture_output=True, check=True).stdout.decode().split("\0")
     files = [REPO / name for name in out if name and (REPO / name).exists()]
     assert files and sum(path.stat().st_size for path in files) < 15 * 2**20
     assert not [path for path in files if " " in path.name]
+    page = (REPO / "docs" / "results.md").read_text()
+    results = BENCHMARKS / "results"
+    directories = {path.relative_to(results).parts[0] for path in files
+                   if len(path.relative_to(results).parts) > 1}
+    assert directories and not [name for name in sorted(directories) if f"{name}/" not in page]
     proc = subprocess.run([sys.executable, str(BENCHMARKS / "compact_results.py"), "--check"],
                           cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-2000:]
