@@ -1,5 +1,5 @@
 """Classifier keep-up: how much of the information in the return the hindsight
-classifier q(a|s,Z) recovers, per classifier option (issue 11, item 2).
+classifier q(a|s,Z) recovers, per classifier option.
 
 Method `a2c` throughout (credit="a2c", hindsight_loss_coeff=1.0): the policy learns as
 A2C and the classifier is trained for its diagnostics only, so every option sees the
@@ -82,8 +82,8 @@ EARLY_ITERATIONS = 20
 
 SETTING_NAMES = ("delayed_effect_L30_sd0", "delayed_effect_L10_sd1", "key_to_door_L40_sd1")
 SETTINGS = {name: ANALYSIS_SETTINGS[name] for name in SETTING_NAMES}
-# The classifier as it was before issue 11 (written out: the package defaults since then
-# are the `h128_lr3x_ep4_mem4` option).
+# The earlier default classifier, [64] trained once per batch (written out: the package
+# default is the `h128_lr3x_ep4` option).
 BASE = before_issue_11({"credit": "a2c", "hindsight_loss_coeff": 1.0})
 BASELINE = "default"
 

@@ -94,7 +94,7 @@ FULL_SEEDS = 5
 LAST_K = 100
 BASELINE = "a2c"
 QUICK_STEPS = 3_000
-DEFAULT_METHOD = "expected_hca_blend_nomem"  # issue 11's second candidate (common.DEFAULT_CREDIT)
+DEFAULT_METHOD = "expected_hca_blend_nomem"  # the package default (common.DEFAULT_CREDIT)
 # The screen that chose the defaults ran seeds 0 and 1 on four of the settings (key-to-door
 # L40 sd1 and L20 sd6, delayed effect L30 sd0 and L60 sd1); the summary also reports the
 # other seeds alone.
@@ -103,20 +103,20 @@ KEY_TO_DOOR_TARGET_SETTINGS = ("key_to_door_L40_sd1", "key_to_door_L20_sd6")
 KEY_TO_DOOR_MARGIN = 0.05
 
 METHODS: Dict[str, Dict[str, Any]] = {
-    # Before issue 11 (the settings of their stored runs, written out).
+    # The earlier defaults (the settings of their stored runs, written out).
     "a2c": before_issue_11({"credit": "a2c", "hindsight_loss_coeff": 1.0}),
     "hca_batch": before_issue_11({"credit": "hca"}),
     "hca_pure": before_issue_11({"credit": "hca", "trust": None}),
     "c2a2c": before_issue_11({"credit": "c2a2c"}),
     "mix": before_issue_11({"credit": "mix"}),
-    # Issue 11's candidate default (not adopted: see docs/results.md), its pure estimator, and hca with its trust and
+    # Expected HCA with classifier memory (wins here, loses on MinAtar: docs/results.md), its pure estimator, and hca with its trust and
     # classifier.
     "expected_hca": dict(FIRST_CANDIDATE),
     "expected_hca_pure": {**FIRST_CANDIDATE, "trust": None},
     "hca_evidence": {**FIRST_CANDIDATE, "credit": "hca"},
-    # The candidate with the calibration scale in the trust (the fix for its MinAtar loss).
+    # The same with the calibration scale in the trust (what stops its MinAtar loss).
     "expected_hca_blend": {**FIRST_CANDIDATE, "trust_calibration": "blend"},
-    # Issue 11's second candidate (common.DEFAULT_CREDIT): the blend without memory.
+    # The package default (common.DEFAULT_CREDIT): the blend without memory.
     "expected_hca_blend_nomem": dict(DEFAULT_CREDIT),
 }
 COLORS = {"a2c": "black", "hca_batch": "tab:blue", "hca_pure": "tab:cyan", "c2a2c": "tab:orange",
@@ -362,7 +362,7 @@ def aggregate_over_settings(summary: Dict[str, Any], only_seeds=None) -> Dict[st
 
 
 def targets(summary: Dict[str, Any]) -> Dict[str, Any]:
-    """Issue 11's targets for the default (`DEFAULT_METHOD`): its aggregate beats a2c
+    """The targets for the default (`DEFAULT_METHOD`): its aggregate beats a2c
     (IQM and mean, CIs above 0), and on key-to-door with 40 apples and with apple noise 6
     its mean is at least a2c's + 0.05. None where the runs are missing."""
     out: Dict[str, Any] = {"method": DEFAULT_METHOD}
@@ -396,8 +396,8 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
         "so I(A;Z|S) <= H(A|S) is small); x episode length it is comparable to the "
         "information at the decision when the decision is the only informative step; "
         "w = the trust in the classifier (last 10 iterations) of hca_batch (the batch-mean "
-        "trust, the default before issue 11) and of expected_hca (the evidence trust of the "
-        "most informative bin, the default since).",
+        "trust, an earlier default) and of expected_hca (the evidence trust of the "
+        "most informative bin, the current default).",
         "",
         "| setting | I(A;Z\\|S0) nats (key-to-door: Gaussian approx.) | visible | "
         "MI diag peak / last (a2c) | w (hca_batch / expected_hca) | "
@@ -458,8 +458,8 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
     verdict = {True: "**met**", False: "**not met**"}
     if "aggregate_met" in t:
         d, m = t["aggregate_iqm_difference"], t["aggregate_mean_difference"]
-        lines += ["", "## Targets (issue 11)", "",
-                  f"- Aggregate: issue 11's candidate default `{t['method']}` beats a2c, IQM and mean, CIs above 0: "
+        lines += ["", "## Targets", "",
+                  f"- Aggregate: the default `{t['method']}` beats a2c, IQM and mean, CIs above 0: "
                   f"IQM {d['point']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}], mean "
                   f"{m['point']:+.3f} [{m['ci'][0]:+.3f}, {m['ci'][1]:+.3f}]: {verdict[t['aggregate_met']]}."]
         for name in KEY_TO_DOOR_TARGET_SETTINGS:

@@ -13,15 +13,15 @@ process (all its threads: the local EnvRunner and Learner run in it).
 
 Variants:
   * `a2c`: A2C, no classifier.
-  * `hca_batch`: the default before issue 11 (`credit="hca"`, batch trust, classifier
+  * `hca_batch`: an earlier default (`credit="hca"`, batch trust, classifier
     [64], one step per batch at the policy's learning rate).
-  * `expected_hca`: issue 11's first candidate default (`benchmarks/common.py`
+  * `expected_hca`: expected HCA with classifier memory (`benchmarks/common.py`
     `FIRST_CANDIDATE`: classifier [128, 128] at lr 2.1e-3, 4 extra passes over this batch
     and the last 4).
   * `expected_hca_nomem`: the same with its 4 extra passes over this batch only.
   * `expected_hca_e1`: the same with 1 extra pass and no memory.
   * `expected_hca_e0`: the same with no extra pass (one classifier step per batch).
-  * `expected_hca_blend_nomem`: issue 11's second candidate (`DEFAULT_CREDIT`: the
+  * `expected_hca_blend_nomem`: the package default (`DEFAULT_CREDIT`: the
     first with `trust_calibration="blend"` and no memory).
   * `expected_hca_blend_nomem_overlap`: the same with `hindsight_overlap=True` (the
     extra passes in a background thread beside the next sample, not inside the update).
@@ -63,8 +63,8 @@ VARIANTS = {
     "c2a2c_blend_nomem": ("HCA", {**DEFAULT_CREDIT, "credit": "c2a2c"}),
 }
 QUICK_VARIANTS = ("a2c", "expected_hca_blend_nomem")
-CANDIDATE = "expected_hca_blend_nomem"  # the variant the target is read from
-TARGET = 0.9  # issue 11: the default runs at >= 0.9x A2C's steps/s
+CANDIDATE = "expected_hca_blend_nomem"  # the package default: the variant the target is read from
+TARGET = 0.9  # the default should run at >= 0.9x A2C's steps/s
 
 
 def measure(variants, rounds: int, game: str = "Breakout", block: int = 4):
@@ -127,7 +127,7 @@ def markdown(summary) -> str:
                      f"{'—' if cpu is None else format(r['cpu_ratio_to_a2c'], '.2f')} |")
     ratio = summary["variants"].get(CANDIDATE, {}).get("ratio_to_a2c")
     if ratio is not None:
-        lines += ["", f"Target (issue 11): the candidate default `{CANDIDATE}` at >= {TARGET}x A2C: "
+        lines += ["", f"Target: the default `{CANDIDATE}` at >= {TARGET}x A2C: "
                   f"{ratio:.2f}x, **{'met' if ratio >= TARGET else 'not met'}**."]
     return "\n".join(lines) + "\n"
 

@@ -123,7 +123,7 @@ BASELINE = "a2c"
 
 # Method name -> `.training(...)` overrides.
 METHODS: Dict[str, Dict[str, Any]] = {
-    # Before issue 11 (the settings of their stored runs, written out).
+    # The earlier defaults (the settings of their stored runs, written out).
     "a2c": before_issue_11({"credit": "a2c", "hindsight_loss_coeff": 1.0}),
     "hca_batch": before_issue_11({"credit": "hca"}),
     "c2a2c": before_issue_11({"credit": "c2a2c"}),
@@ -131,9 +131,9 @@ METHODS: Dict[str, Dict[str, Any]] = {
     "mix": before_issue_11({"credit": "mix"}),
     "hca_pure": before_issue_11({"credit": "hca", "trust": None}),
     "c2a2c_pure": before_issue_11({"credit": "c2a2c", "trust": None}),
-    # Issue 11's candidate default (not adopted: see docs/results.md).
+    # Expected HCA with classifier memory (not the default: see docs/results.md).
     "expected_hca": dict(FIRST_CANDIDATE),
-    # Issue 11's second candidate (common.DEFAULT_CREDIT): the blend without memory.
+    # The package default (common.DEFAULT_CREDIT): the blend without memory.
     "expected_hca_blend_nomem": dict(DEFAULT_CREDIT),
 }
 

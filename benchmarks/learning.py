@@ -119,22 +119,22 @@ BASELINE = "a2c"
 QUICK_STEPS = 3_000
 QUICK_TASKS = ("minatar_Breakout", "umbrella_length_10")
 QUICK_METHODS = ("a2c", "expected_hca")
-DEFAULT_METHOD = "expected_hca_blend_nomem"  # issue 11's second candidate (common.DEFAULT_CREDIT)
+DEFAULT_METHOD = "expected_hca_blend_nomem"  # the package default (common.DEFAULT_CREDIT)
 
 METHODS: Dict[str, Dict[str, Any]] = {
-    # Before issue 11 (the settings of their stored runs, written out).
+    # The earlier defaults (the settings of their stored runs, written out).
     "a2c": before_issue_11({"credit": "a2c", "hindsight_loss_coeff": 1.0}),
     "hca_batch": before_issue_11({"credit": "hca"}),
     "c2a2c": before_issue_11({"credit": "c2a2c"}),
     "mix": before_issue_11({"credit": "mix"}),
     "hca_pure": before_issue_11({"credit": "hca", "trust": None}),
-    # Issue 11's candidate default (not adopted: see docs/results.md).
+    # Expected HCA with classifier memory (not the default: see docs/results.md).
     "expected_hca": dict(FIRST_CANDIDATE),
     # The same with the calibration scale in the trust (the fix for its MinAtar loss).
     "expected_hca_blend": {**FIRST_CANDIDATE, "trust_calibration": "blend"},
-    # Issue 11's second candidate (common.DEFAULT_CREDIT): the blend without memory.
+    # The package default (common.DEFAULT_CREDIT): the blend without memory.
     "expected_hca_blend_nomem": dict(DEFAULT_CREDIT),
-    # A control: A2C's update with the second candidate's classifier trained beside it
+    # A control: A2C's update with the default's classifier trained beside it
     # (its diagnostics, its cost and its random-number path), to tell the credit from the
     # rest on a task where A2C itself is a lottery over seeds (Freeway).
     "a2c_candidate_classifier": {**DEFAULT_CREDIT, "credit": "a2c"},
@@ -425,7 +425,7 @@ def _ci(low: float, high: float, digits: int = 2, sign: bool = False) -> str:
 
 
 def targets(summary: Dict[str, Any]) -> Dict[str, Any]:
-    """The issue's two learning targets, read off the summary; None (undecided) until
+    """The two learning targets, read off the summary; None (undecided) until
     every task of the domain has `FULL_SEEDS` complete seeds.
 
     * credit tasks (bsuite's umbrella tasks): the best credit mode's IQM difference to
@@ -453,7 +453,7 @@ def targets(summary: Dict[str, Any]) -> Dict[str, Any]:
     minatar_methods = [m for m in summary["domains"].get("MinAtar", {}).get("methods", {})
                        if m != BASELINE]
     minatar_seeds = len(summary["domains"].get("MinAtar", {}).get("seeds", []))
-    # Issue 11, for the package default (DEFAULT_METHOD): never significantly worse than
+    # For the package default (DEFAULT_METHOD): never significantly worse than
     # a2c on a MinAtar game, and an aggregate IQM at least a2c's on MinAtar and on bsuite.
     # Read on the seeds complete for a2c and the default (`pairwise`).
     default: Dict[str, Any] = {"method": DEFAULT_METHOD}
@@ -525,14 +525,14 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
     d11 = t["default"]
     if "minatar_met" in d11:
         lines.append(
-            f"- Issue 11's candidate default `{d11['method']}` on MinAtar (significantly worse than a2c on "
+            f"- The default `{d11['method']}` on MinAtar (significantly worse than a2c on "
             f"no game, aggregate IQM at least a2c's): worse on "
             f"{', '.join(d11['minatar_worse_games']) or 'no game'}, IQM difference "
             f"{d11['minatar_iqm_difference']:+.3f} {_ci(*d11['minatar_iqm_difference_ci'], 3, True)} "
             f"(seeds complete for both): {verdict[d11['minatar_met']]}.")
     if "bsuite_met" in d11:
         lines.append(
-            f"- Issue 11's candidate default `{d11['method']}` on the bsuite credit tasks (aggregate IQM at "
+            f"- The default `{d11['method']}` on the bsuite credit tasks (aggregate IQM at "
             f"least a2c's): IQM difference {d11['bsuite_iqm_difference']:+.3f} "
             f"{_ci(*d11['bsuite_iqm_difference_ci'], 3, True)} (seeds complete for both): "
             f"{verdict[d11['bsuite_met']]}.")

@@ -622,7 +622,7 @@ def test_credit_cost_quick(tmp_path):
     for name, r in summary["variants"].items():
         assert len(r["iterations_s"]) == 2 and all(_finite(t) and t > 0 for t in r["iterations_s"])
         assert _finite(r["env_steps_per_s"]) and r["env_steps_per_s"] > 0
-    assert "Target (issue 11)" in (tmp_path / "summary.md").read_text()
+    assert "Target: the default" in (tmp_path / "summary.md").read_text()
 
 
 @pytest.mark.benchmark
@@ -642,7 +642,7 @@ def test_credit_horizon_quick(tmp_path):
 
 
 def test_learning_default_method_targets_logic():
-    """Issue 11's targets for the default: no significantly worse MinAtar game, and IQMs
+    """The targets for the default: no significantly worse MinAtar game, and IQMs
     at least a2c's on MinAtar and bsuite."""
     learning = _import_benchmark("learning")
     default = learning.DEFAULT_METHOD
