@@ -86,6 +86,10 @@ METHODS = ("a2c", DEFAULT_METHOD)
 CELLS = {f"{game}_{method}_seed0": (game, method, 0) for game in GAMES for method in METHODS}
 QUICK_CELL = "quick_pong_a2c_seed0"
 QUICK_STEPS = 800
+# The quick check checkpoints every 2 iterations and its first start SIGKILLs itself once
+# iteration 3's results line is written: one row past the newest checkpoint, every time.
+QUICK_CHECKPOINT_EVERY = 2
+QUICK_KILL_AFTER = 3
 QUICK_STEPS_PER_ITERATION = 160
 
 # Reference scores at 10M agent steps (docs/benchmarks.md, section 2, with the sources).
@@ -184,6 +188,10 @@ class Stopper:
         self.refresh: Optional[Callable[[Dict[str, Any]], None]] = None
         self.refresh_every_s = math.inf
         self.refreshed = -math.inf
+        # The quick check's crash, at a known point: SIGKILL itself once the results line
+        # of this iteration is written, past the checkpoint before it (once: `kill_marker`).
+        self.kill_after: Optional[int] = None
+        self.kill_marker: Optional[Path] = None
 
     def handle(self, signum, frame) -> None:
         self.signal = signal.Signals(signum).name
@@ -203,6 +211,9 @@ class Stopper:
         if not self.armed:  # the first iteration: Ray is up by now
             self.arm()
             self.armed = True
+        if line["iteration"] == self.kill_after and not self.kill_marker.exists():
+            self.kill_marker.write_text(str(line["iteration"]))
+            os.kill(os.getpid(), signal.SIGKILL)
         if self.signal:
             self.reason = f"signal {self.signal}"
         elif time.monotonic() - self.looked >= TEST_POLL_S:
@@ -388,8 +399,8 @@ def run_cell(name: str, args, stopper: Stopper, setup: Dict[str, Any], stop_at: 
     stopper.refresh, stopper.refresh_every_s = refresh, 60 * args.record_minutes
     stopper.refreshed = time.monotonic()
     last = run_training(
-        config, run_dir, stop_at, resume=True, checkpoint_every=0,
-        checkpoint_every_s=60 * args.checkpoint_minutes, stop_when=stopper,
+        config, run_dir, stop_at, resume=True, checkpoint_every=QUICK_CHECKPOINT_EVERY if args.quick else 0,
+        checkpoint_every_s=None if args.quick else 60 * args.checkpoint_minutes, stop_when=stopper,
         run_info={"algo": info["algo"], "credit": config.credit, "env": config.env, "seed": seed,
                   "cell": name, "stop_timesteps": stop_at, "command": command_line()},
         wandb="off", tensorboard=False, progress=True, progress_every=60, torch_threads=1)
@@ -436,6 +447,8 @@ def drive(args) -> int:
           flush=True)
     stopper = Stopper(args.guard_names)
     stopper.arm()
+    if args.quick:
+        stopper.kill_after, stopper.kill_marker = QUICK_KILL_AFTER, args.runs / "quick_killed"
     cells = args.cells
     steps = args.pass_steps
     stop_at = {name: 0 for name in cells}
@@ -640,33 +653,30 @@ def plot(records: Dict[str, Dict[str, Any]], out: Path) -> None:
 
 
 def quick(args) -> int:
-    """Start the quick cell in a child, kill -9 it after its first checkpoint mid-run,
-    start it again (it must resume from that checkpoint), let it finish and report."""
+    """Start the quick cell in a child, which SIGKILLs itself mid-run, one iteration past
+    its checkpoint (`QUICK_KILL_AFTER`); start it again (it must resume from that
+    checkpoint), let it finish and report."""
     from hca_rllib.runner import checkpoints_newest_first, read_results, verify_checkpoint
 
     base = [sys.executable, str(Path(__file__).resolve()), "--cells", QUICK_CELL, "--quick-child",
             "--out", str(args.out), "--runs", str(args.runs), "--target-steps", str(QUICK_STEPS),
-            "--checkpoint-minutes", str(args.checkpoint_minutes), "--on-tests", "stop",
+            "--checkpoint-minutes", str(args.checkpoint_minutes), "--on-tests", "stop", "--nice", str(args.nice),
             "--guard-names", *args.guard_names]
     run_dir = args.runs / QUICK_CELL
-    child = subprocess.Popen(base, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.time() + 300
-    killed_at = None
-    while time.time() < deadline and child.poll() is None:
-        points = checkpoints_newest_first(run_dir)
-        rows = read_results(run_dir / "results.jsonl")
-        if points and rows and rows[-1]["iteration"] > int(points[0].name.split("_")[1]):
-            killed_at = rows[-1]["iteration"]
-            child.send_signal(signal.SIGKILL)
-            break
-        time.sleep(0.2)
-    first = child.communicate()[0]
-    if killed_at is None:
-        print(first[-3000:])
-        print("quick: the child ended before it could be killed mid-run", file=sys.stderr)
+    first = subprocess.run(base, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=600)
+    rows = read_results(run_dir / "results.jsonl") if (run_dir / "results.jsonl").exists() else []
+    if first.returncode != -signal.SIGKILL or not rows or rows[-1]["iteration"] != QUICK_KILL_AFTER:
+        print(first.stdout[-3000:])
+        print(f"quick: the child was to SIGKILL itself after iteration {QUICK_KILL_AFTER}; it exited with "
+              f"{first.returncode}", file=sys.stderr)
         return 1
+    killed_at = rows[-1]["iteration"]
     checkpoint = checkpoints_newest_first(run_dir)[0]
     meta = verify_checkpoint(checkpoint, require_meta=True)
+    if meta["iteration"] >= killed_at:
+        print(f"quick: the newest checkpoint ({meta['iteration']}) is not behind the kill", file=sys.stderr)
+        return 1
     print(f"quick: killed (SIGKILL) at iteration {killed_at}; newest checkpoint {checkpoint.name} "
           f"(iteration {meta['iteration']}, {meta['env_steps']} agent steps) verifies", flush=True)
     second = subprocess.run(base, cwd=REPO, capture_output=True, text=True, timeout=300)
