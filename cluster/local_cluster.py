@@ -122,9 +122,15 @@ def _start_node(name: str, args: list, env: dict, log: Path, state: dict, state_
                        f"(stop the rest with: stop --dir ...)")
 
 
+# How long `ray job stop` waits after its SIGTERM before it SIGKILLs the job's driver
+# (Ray's default, 3 s, is shorter than a run's clean stop: closing its logs and stopping
+# its EnvRunners and Learner). Read by the job supervisor on the head node.
+JOB_STOP_WAIT_S = 120
+
+
 def _node_env(directory: Path) -> dict:
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(directory / TOKEN),
-           "RAY_USAGE_STATS_ENABLED": "0"}
+           "RAY_USAGE_STATS_ENABLED": "0", "RAY_JOB_STOP_WAIT_TIME_S": str(JOB_STOP_WAIT_S)}
     env.pop("RAY_ADDRESS", None)
     return env
 
