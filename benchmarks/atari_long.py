@@ -397,10 +397,11 @@ def run_cell(name: str, args, stopper: Stopper, setup: Dict[str, Any], stop_at: 
         store_cell(args.out, name, run_dir, {**info, "sessions": info["sessions"] + [running]})
 
     stopper.refresh, stopper.refresh_every_s = refresh, 60 * args.record_minutes
+    crash_test = args.kill_after_iteration is not None
     stopper.refreshed = time.monotonic()
     last = run_training(
-        config, run_dir, stop_at, resume=True, checkpoint_every=QUICK_CHECKPOINT_EVERY if args.quick else 0,
-        checkpoint_every_s=None if args.quick else 60 * args.checkpoint_minutes, stop_when=stopper,
+        config, run_dir, stop_at, resume=True, checkpoint_every=QUICK_CHECKPOINT_EVERY if crash_test else 0,
+        checkpoint_every_s=None if crash_test else 60 * args.checkpoint_minutes, stop_when=stopper,
         run_info={"algo": info["algo"], "credit": config.credit, "env": config.env, "seed": seed,
                   "cell": name, "stop_timesteps": stop_at, "command": command_line()},
         wandb="off", tensorboard=False, progress=True, progress_every=60, torch_threads=1)
@@ -447,8 +448,8 @@ def drive(args) -> int:
           flush=True)
     stopper = Stopper(args.guard_names)
     stopper.arm()
-    if args.quick:
-        stopper.kill_after, stopper.kill_marker = QUICK_KILL_AFTER, args.runs / "quick_killed"
+    if args.kill_after_iteration:
+        stopper.kill_after, stopper.kill_marker = args.kill_after_iteration, args.runs / "quick_killed"
     cells = args.cells
     steps = args.pass_steps
     stop_at = {name: 0 for name in cells}
@@ -661,6 +662,7 @@ def quick(args) -> int:
     base = [sys.executable, str(Path(__file__).resolve()), "--cells", QUICK_CELL, "--quick-child",
             "--out", str(args.out), "--runs", str(args.runs), "--target-steps", str(QUICK_STEPS),
             "--checkpoint-minutes", str(args.checkpoint_minutes), "--on-tests", "stop", "--nice", str(args.nice),
+            "--kill-after-iteration", str(QUICK_KILL_AFTER),
             "--guard-names", *args.guard_names]
     run_dir = args.runs / QUICK_CELL
     first = subprocess.run(base, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -737,6 +739,9 @@ def main(argv=None) -> int:
     parser.add_argument("--quick-child", action="store_true", help=argparse.SUPPRESS)
     # For tests: the program names taken for the test suite (default pytest, py.test).
     parser.add_argument("--guard-names", nargs="+", default=list(TEST_NAMES), help=argparse.SUPPRESS)
+    # For --quick: the child's crash (SIGKILL after this iteration's line, once; a
+    # checkpoint every QUICK_CHECKPOINT_EVERY iterations).
+    parser.add_argument("--kill-after-iteration", type=int_argument(1), default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.quick and args.out is None:
         args.out = Path(tempfile.mkdtemp(prefix="atari_long_quick_"))

@@ -40,7 +40,7 @@ def fake_suite(tmp_path):
     """A running process whose command line names a (unique) test program."""
     name = _fake_name()
     script = tmp_path / name
-    script.write_text("import time\ntime.sleep(120)\n")
+    script.write_text("import time\ntime.sleep(10**6)\n")  # until killed: no race with a slow driver
     proc = subprocess.Popen([sys.executable, str(script)])
     time.sleep(0.5)
     yield name, proc
@@ -162,8 +162,9 @@ def test_driver_stops_cleanly_when_tests_start(tmp_path):
     deadline = time.time() + 300
     while time.time() < deadline and driver.poll() is None and not read_results(results):
         time.sleep(0.5)
+    assert read_results(results), "the driver wrote no results line"
     script = tmp_path / name
-    script.write_text("import time\ntime.sleep(120)\n")
+    script.write_text("import time\ntime.sleep(10**6)\n")  # until killed: no race with a slow driver
     fake = subprocess.Popen([sys.executable, str(script)])
     try:
         output = driver.communicate(timeout=300)[0]

@@ -248,7 +248,8 @@ def test_training_survives_the_loss_of_the_worker_node_running_its_env_runner(cl
         assert not any(Path(f"/proc/{pid}").exists() and local_cluster._alive(pid) for pid in killed)
 
         recovered = None
-        while driver.poll() is None:
+        deadline = time.time() + 900  # the run's own budget is minutes: a hang fails, not waits for 1800 s
+        while driver.poll() is None and time.time() < deadline:
             lines = _lines(results)
             if recovered is None and lines and lines[-1]["env_runner_restarts"]:
                 recovered = time.time() - killed_at

@@ -322,7 +322,9 @@ def test_every_reported_metric_is_known():
     known = set(reported_metrics(["atari/Pong"], {"evaluation_interval": 1}))
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+        from hca_rllib.runner import start_local_ray
+
+        start_local_ray(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:
         seen = set()
         for credit in CREDIT_MODES:
