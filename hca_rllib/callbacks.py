@@ -64,7 +64,7 @@ class WindowMeanStats(ItemSeriesStats):
         if compile:
             return self.peek(compile=True)
         kept = self.clone()
-        kept._set_items(list(self.items))
+        kept.items = list(self.items)  # a root keeps a plain list (no leaf window deque)
         return kept
 
     def get_state(self) -> dict:
