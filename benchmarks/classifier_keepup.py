@@ -52,7 +52,7 @@ for _path in (str(REPO), str(BENCH_DIR)):
         sys.path.insert(0, _path)
 
 from common import (  # noqa: E402
-    before_issue_11,
+    with_batch_trust_defaults,
     bootstrap_ci,
     check_grid_args,
     command_line,
@@ -84,7 +84,7 @@ SETTING_NAMES = ("delayed_effect_L30_sd0", "delayed_effect_L10_sd1", "key_to_doo
 SETTINGS = {name: ANALYSIS_SETTINGS[name] for name in SETTING_NAMES}
 # The earlier default classifier, [64] trained once per batch (written out: the package
 # default is the `h128_lr3x_ep4` option).
-BASE = before_issue_11({"credit": "a2c", "hindsight_loss_coeff": 1.0})
+BASE = with_batch_trust_defaults({"credit": "a2c", "hindsight_loss_coeff": 1.0})
 BASELINE = "default"
 
 # Training overrides on top of BASE, by option name.

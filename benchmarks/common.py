@@ -91,36 +91,35 @@ def nan_mean(values: Iterable[Optional[float]]) -> Optional[float]:
 # ---------------------------------------------------------------- run store/control
 
 
-# Issue 11's first candidate default, written out so that its stored runs stay what they
-# were whatever the defaults become: `expected_hca` with evidence trust and the larger,
-# faster classifier, 4 extra passes over this batch and the last 4. The benchmarks'
-# `expected_hca` method is this. It lost on MinAtar (calibration scale 0.07-0.2 under full
-# trust) and ran at 0.74x A2C (the memory's passes): see docs/results.md.
-FIRST_CANDIDATE: Dict[str, Any] = {
+# `expected_hca` with evidence trust, the larger, faster classifier, 4 extra passes over
+# this batch and a memory of the last 4, written out so that its stored runs stay what
+# they were whatever the defaults become (the benchmarks' `expected_hca` method). Under
+# full trust it lost on MinAtar and ran at 0.74x A2C's steps/s (the memory's passes).
+EXPECTED_HCA_MEMORY: Dict[str, Any] = {
     "credit": "expected_hca", "trust": "evidence", "trust_decay": 0.99,
     "hindsight": {"hiddens": [128, 128]}, "hindsight_lr": 2.1e-3, "hindsight_epochs": 4,
     "hindsight_memory": 4,
 }
-# Issue 11's second candidate: the first with the calibration scale in the trust
-# (`trust_calibration="blend"`) and no memory (its 4 extra passes over this batch only:
-# 0.95x A2C instead of 0.74x in `credit_cost.py`; 0.69 of the closed form instead of 0.75
-# in `classifier_keepup.py`). The benchmarks' `expected_hca_blend_nomem` method is this.
+# The package's default credit mode, written out: the above with the calibration scale in
+# the trust (`trust_calibration="blend"`) and no memory (0.95x A2C instead of 0.74x in
+# `credit_cost.py`). The benchmarks' `expected_hca_blend_nomem` method is this.
 DEFAULT_CREDIT: Dict[str, Any] = {
-    **FIRST_CANDIDATE, "trust_calibration": "blend", "hindsight_memory": 0,
+    **EXPECTED_HCA_MEMORY, "trust_calibration": "blend", "hindsight_memory": 0,
 }
-# The package defaults before issue 11 that the stored runs of the older methods used:
-# the batch-mean trust with decay 0.9 and the small classifier, trained once per batch at
-# the policy's learning rate.
-BEFORE_ISSUE_11: Dict[str, Any] = {
+# The older package defaults that the stored runs of the older methods used: the
+# batch-mean trust with decay 0.9 and the small classifier, trained once per batch at the
+# policy's learning rate.
+BATCH_TRUST_DEFAULTS: Dict[str, Any] = {
     "trust": "batch", "trust_decay": 0.9, "hindsight_lr": None, "hindsight_epochs": 0,
     "hindsight_memory": 0,
 }
 
 
-def before_issue_11(overrides: Dict[str, Any]) -> Dict[str, Any]:
-    """`overrides` with the pre-issue-11 defaults written out for every field it leaves
-    unset (the classifier's `hiddens` too): the run it names stays the run it was."""
-    out = {**BEFORE_ISSUE_11, **overrides}
+def with_batch_trust_defaults(overrides: Dict[str, Any]) -> Dict[str, Any]:
+    """`overrides` with the older defaults (`BATCH_TRUST_DEFAULTS`, the classifier's
+    `hiddens` [64]) written out for every field it leaves unset: the run it names stays
+    the run it was."""
+    out = {**BATCH_TRUST_DEFAULTS, **overrides}
     out["hindsight"] = {"hiddens": [64], **overrides.get("hindsight", {})}
     return out
 

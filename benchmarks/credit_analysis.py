@@ -66,8 +66,8 @@ for _path in (str(REPO), str(BENCH_DIR)):
         sys.path.insert(0, _path)
 
 from common import (  # noqa: E402
-    DEFAULT_CREDIT, FIRST_CANDIDATE,
-    before_issue_11,
+    DEFAULT_CREDIT, EXPECTED_HCA_MEMORY,
+    with_batch_trust_defaults,
     bootstrap_ci,
     check_grid_args,
     cell_path,
@@ -104,18 +104,18 @@ KEY_TO_DOOR_MARGIN = 0.05
 
 METHODS: Dict[str, Dict[str, Any]] = {
     # The earlier defaults (the settings of their stored runs, written out).
-    "a2c": before_issue_11({"credit": "a2c", "hindsight_loss_coeff": 1.0}),
-    "hca_batch": before_issue_11({"credit": "hca"}),
-    "hca_pure": before_issue_11({"credit": "hca", "trust": None}),
-    "c2a2c": before_issue_11({"credit": "c2a2c"}),
-    "mix": before_issue_11({"credit": "mix"}),
+    "a2c": with_batch_trust_defaults({"credit": "a2c", "hindsight_loss_coeff": 1.0}),
+    "hca_batch": with_batch_trust_defaults({"credit": "hca"}),
+    "hca_pure": with_batch_trust_defaults({"credit": "hca", "trust": None}),
+    "c2a2c": with_batch_trust_defaults({"credit": "c2a2c"}),
+    "mix": with_batch_trust_defaults({"credit": "mix"}),
     # Expected HCA with classifier memory (wins here, loses on MinAtar: docs/results.md), its pure estimator, and hca with its trust and
     # classifier.
-    "expected_hca": dict(FIRST_CANDIDATE),
-    "expected_hca_pure": {**FIRST_CANDIDATE, "trust": None},
-    "hca_evidence": {**FIRST_CANDIDATE, "credit": "hca"},
+    "expected_hca": dict(EXPECTED_HCA_MEMORY),
+    "expected_hca_pure": {**EXPECTED_HCA_MEMORY, "trust": None},
+    "hca_evidence": {**EXPECTED_HCA_MEMORY, "credit": "hca"},
     # The same with the calibration scale in the trust (what stops its MinAtar loss).
-    "expected_hca_blend": {**FIRST_CANDIDATE, "trust_calibration": "blend"},
+    "expected_hca_blend": {**EXPECTED_HCA_MEMORY, "trust_calibration": "blend"},
     # The package default (common.DEFAULT_CREDIT): the blend without memory.
     "expected_hca_blend_nomem": dict(DEFAULT_CREDIT),
 }

@@ -16,7 +16,7 @@ Variants:
   * `hca_batch`: an earlier default (`credit="hca"`, batch trust, classifier
     [64], one step per batch at the policy's learning rate).
   * `expected_hca`: expected HCA with classifier memory (`benchmarks/common.py`
-    `FIRST_CANDIDATE`: classifier [128, 128] at lr 2.1e-3, 4 extra passes over this batch
+    `EXPECTED_HCA_MEMORY`: classifier [128, 128] at lr 2.1e-3, 4 extra passes over this batch
     and the last 4).
   * `expected_hca_nomem`: the same with its 4 extra passes over this batch only.
   * `expected_hca_e1`: the same with 1 extra pass and no memory.
@@ -48,16 +48,16 @@ for _path in (str(REPO), str(BENCH_DIR)):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
-from common import DEFAULT_CREDIT, FIRST_CANDIDATE, before_issue_11, command_line, write_json  # noqa: E402
+from common import DEFAULT_CREDIT, EXPECTED_HCA_MEMORY, with_batch_trust_defaults, command_line, write_json  # noqa: E402
 
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "credit_cost"
 VARIANTS = {
     "a2c": ("A2C", {}),
-    "hca_batch": ("HCA", before_issue_11({"credit": "hca"})),
-    "expected_hca": ("HCA", dict(FIRST_CANDIDATE)),
-    "expected_hca_nomem": ("HCA", {**FIRST_CANDIDATE, "hindsight_memory": 0}),
-    "expected_hca_e1": ("HCA", {**FIRST_CANDIDATE, "hindsight_epochs": 1, "hindsight_memory": 0}),
-    "expected_hca_e0": ("HCA", {**FIRST_CANDIDATE, "hindsight_epochs": 0, "hindsight_memory": 0}),
+    "hca_batch": ("HCA", with_batch_trust_defaults({"credit": "hca"})),
+    "expected_hca": ("HCA", dict(EXPECTED_HCA_MEMORY)),
+    "expected_hca_nomem": ("HCA", {**EXPECTED_HCA_MEMORY, "hindsight_memory": 0}),
+    "expected_hca_e1": ("HCA", {**EXPECTED_HCA_MEMORY, "hindsight_epochs": 1, "hindsight_memory": 0}),
+    "expected_hca_e0": ("HCA", {**EXPECTED_HCA_MEMORY, "hindsight_epochs": 0, "hindsight_memory": 0}),
     "expected_hca_blend_nomem": ("HCA", dict(DEFAULT_CREDIT)),
     "expected_hca_blend_nomem_overlap": ("HCA", {**DEFAULT_CREDIT, "hindsight_overlap": True}),
     "c2a2c_blend_nomem": ("HCA", {**DEFAULT_CREDIT, "credit": "c2a2c"}),

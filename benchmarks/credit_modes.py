@@ -81,8 +81,8 @@ from hca_rllib.runner import RESULT_KEYS, training_iterations  # noqa: E402
 
 from common import (  # noqa: E402  (benchmarks/common.py, found via BENCH_DIR)
     DEFAULT_CREDIT,
-    FIRST_CANDIDATE,
-    before_issue_11,
+    EXPECTED_HCA_MEMORY,
+    with_batch_trust_defaults,
     DIAGNOSTICS_LAST,
     EpisodeLog,
     cell_path,
@@ -124,15 +124,15 @@ BASELINE = "a2c"
 # Method name -> `.training(...)` overrides.
 METHODS: Dict[str, Dict[str, Any]] = {
     # The earlier defaults (the settings of their stored runs, written out).
-    "a2c": before_issue_11({"credit": "a2c", "hindsight_loss_coeff": 1.0}),
-    "hca_batch": before_issue_11({"credit": "hca"}),
-    "c2a2c": before_issue_11({"credit": "c2a2c"}),
-    "c2a2c_hard": before_issue_11({"credit": "c2a2c", "c2a2c_soft": False}),
-    "mix": before_issue_11({"credit": "mix"}),
-    "hca_pure": before_issue_11({"credit": "hca", "trust": None}),
-    "c2a2c_pure": before_issue_11({"credit": "c2a2c", "trust": None}),
+    "a2c": with_batch_trust_defaults({"credit": "a2c", "hindsight_loss_coeff": 1.0}),
+    "hca_batch": with_batch_trust_defaults({"credit": "hca"}),
+    "c2a2c": with_batch_trust_defaults({"credit": "c2a2c"}),
+    "c2a2c_hard": with_batch_trust_defaults({"credit": "c2a2c", "c2a2c_soft": False}),
+    "mix": with_batch_trust_defaults({"credit": "mix"}),
+    "hca_pure": with_batch_trust_defaults({"credit": "hca", "trust": None}),
+    "c2a2c_pure": with_batch_trust_defaults({"credit": "c2a2c", "trust": None}),
     # Expected HCA with classifier memory (not the default: see docs/results.md).
-    "expected_hca": dict(FIRST_CANDIDATE),
+    "expected_hca": dict(EXPECTED_HCA_MEMORY),
     # The package default (common.DEFAULT_CREDIT): the blend without memory.
     "expected_hca_blend_nomem": dict(DEFAULT_CREDIT),
 }

@@ -78,8 +78,8 @@ for _path in (str(REPO), str(BENCH_DIR)):
         sys.path.insert(0, _path)
 
 from common import (  # noqa: E402
-    DEFAULT_CREDIT, FIRST_CANDIDATE,
-    before_issue_11,
+    DEFAULT_CREDIT, EXPECTED_HCA_MEMORY,
+    with_batch_trust_defaults,
     check_grid_args,
     cell_path,
     command_line,
@@ -123,15 +123,15 @@ DEFAULT_METHOD = "expected_hca_blend_nomem"  # the package default (common.DEFAU
 
 METHODS: Dict[str, Dict[str, Any]] = {
     # The earlier defaults (the settings of their stored runs, written out).
-    "a2c": before_issue_11({"credit": "a2c", "hindsight_loss_coeff": 1.0}),
-    "hca_batch": before_issue_11({"credit": "hca"}),
-    "c2a2c": before_issue_11({"credit": "c2a2c"}),
-    "mix": before_issue_11({"credit": "mix"}),
-    "hca_pure": before_issue_11({"credit": "hca", "trust": None}),
+    "a2c": with_batch_trust_defaults({"credit": "a2c", "hindsight_loss_coeff": 1.0}),
+    "hca_batch": with_batch_trust_defaults({"credit": "hca"}),
+    "c2a2c": with_batch_trust_defaults({"credit": "c2a2c"}),
+    "mix": with_batch_trust_defaults({"credit": "mix"}),
+    "hca_pure": with_batch_trust_defaults({"credit": "hca", "trust": None}),
     # Expected HCA with classifier memory (not the default: see docs/results.md).
-    "expected_hca": dict(FIRST_CANDIDATE),
+    "expected_hca": dict(EXPECTED_HCA_MEMORY),
     # The same with the calibration scale in the trust (the fix for its MinAtar loss).
-    "expected_hca_blend": {**FIRST_CANDIDATE, "trust_calibration": "blend"},
+    "expected_hca_blend": {**EXPECTED_HCA_MEMORY, "trust_calibration": "blend"},
     # The package default (common.DEFAULT_CREDIT): the blend without memory.
     "expected_hca_blend_nomem": dict(DEFAULT_CREDIT),
     # A control: A2C's update with the default's classifier trained beside it

@@ -154,7 +154,7 @@ def key_probability(module) -> float:
 
 def test_candidate_credit_takes_the_key_more_reliably_than_a2c(ray_local):
     """Issue 11's first candidate (expected_hca with evidence trust and the larger
-    classifier with memory: benchmarks/common.py FIRST_CANDIDATE) against A2C, paired on
+    classifier with memory: benchmarks/common.py EXPECTED_HCA_MEMORY) against A2C, paired on
     seeds 0-4: better on at least 4 of the 5 seeds and by at least 0.04 on average. With
     no real difference (seed-to-seed sd of the paired difference about 0.06 in the
     benchmark) the mean alone would clear 0.04 with probability about 0.07 (z = 1.5),
