@@ -705,7 +705,7 @@ def quick(args) -> int:
 def main(argv=None) -> int:
     import argparse
 
-    from hca_rllib.cli import OneLineParser, float_argument, int_argument, output_directory_argument
+    from hca_rllib.cli.arguments import OneLineParser, float_argument, int_argument, output_directory_argument
 
     # A bad argument: one line and exit status 2, before any cell starts.
     parser = OneLineParser(description=__doc__.splitlines()[0], epilog=__doc__,

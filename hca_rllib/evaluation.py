@@ -45,7 +45,7 @@ def find_checkpoint(path, warn=lambda message: print(f"warning: {message}")) -> 
     raise CheckpointError(f"{str(path)!r} is neither a checkpoint nor a run directory with {CHECKPOINTS}/")
 
 
-def _config_of(checkpoint: Path) -> Dict[str, Any]:
+def checkpoint_config(checkpoint: Path) -> Dict[str, Any]:
     """The config state of an HCA or A2C checkpoint (a pickle: load only checkpoints you
     trust); CheckpointError for another algorithm's or an unreadable one."""
     from hca_rllib.hca import ALGORITHMS
@@ -57,17 +57,16 @@ def _config_of(checkpoint: Path) -> Dict[str, Any]:
     return state
 
 
-def _load_module(path: Path):
+def load_checkpoint_module(path: Path):
     """The checkpoint's RLModule, a failure (another package version's module, missing
     files) as a one-line CheckpointError."""
     from ray.rllib.core.rl_module.rl_module import RLModule
 
     from hca_rllib import __version__
-    from hca_rllib.runner import _checkpoint_version
-
     from hca_rllib.module import HCATorchRLModule
+    from hca_rllib.runner import checkpoint_version
 
-    version = _checkpoint_version(path)
+    version = checkpoint_version(path)
     made = (f" (made by hca_rllib {version}; this is {__version__})"
             if version is not None and version != __version__ else "")
     # RLlib logs a warning and falls back to a bare RLModule when the module's class
@@ -177,11 +176,11 @@ def evaluate_checkpoint(
     if video is not None and video.suffix.lower() not in (".gif", ".mp4"):
         raise CheckpointError(f"video must end in .gif or .mp4, got {str(video)!r}")
     path = find_checkpoint(checkpoint)
-    config = _config_of(path)
+    config = checkpoint_config(path)
     env_id, env_config = config["env"], dict(config.get("env_config") or {})
     info = resolve_env(env_id, env_config, frame_stack=config.get("frame_stack"),
                        model_config=config.get("model_config") or {})
-    module = _load_module(path)
+    module = load_checkpoint_module(path)
     module.eval()
     try:
         env = gym.make(env_id, render_mode="rgb_array" if video else None, **env_config)

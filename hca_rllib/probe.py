@@ -38,7 +38,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import sys
 import time
 import zlib
 from pathlib import Path
@@ -49,7 +48,7 @@ import numpy as np
 from hca_rllib import credit, stats
 
 __all__ = ["probe", "collect_rollouts", "split_episodes", "parse_horizons", "reading",
-           "write_probe_report", "add_probe_arguments", "probe_command", "DEFAULT_HORIZONS"]
+           "write_probe_report", "DEFAULT_HORIZONS"]
 
 DEFAULT_HORIZONS = (1, 4, 16, 64, None)
 DEFAULT_EPISODES = 1000
@@ -462,17 +461,17 @@ def _probe(env, env_config, checkpoint, module, episodes, max_steps, horizons, g
             raise ProbeError(f"horizons: {k!r} must be an integer >= 1 or None (episode end)")
     policy_source = "uniform"
     if checkpoint is not None:
-        from hca_rllib.evaluation import _config_of, _load_module, find_checkpoint
+        from hca_rllib.evaluation import checkpoint_config, find_checkpoint, load_checkpoint_module
 
         path = find_checkpoint(checkpoint)
-        state = _config_of(path)
+        state = checkpoint_config(path)
         env = env if env is not None else state["env"]
         if env != state["env"]:
             raise ProbeError(f"--env {env!r} is not the checkpoint's env {state['env']!r}")
         env_config = dict(state.get("env_config") or {}) if env_config is None else env_config
         frame_stack = state.get("frame_stack") if frame_stack is None else frame_stack
         model_config = model_config if model_config is not None else dict(state.get("model_config") or {})
-        module = _load_module(path)
+        module = load_checkpoint_module(path)
         policy_source = f"checkpoint {path}"
     info = resolve_env(env, env_config or {}, frame_stack=frame_stack, model_config=model_config or {})
     if info is None:
@@ -695,10 +694,10 @@ def reading(result: Dict[str, Any], rows: Sequence[Dict[str, Any]]) -> Dict[str,
 
 
 def _plots(result: Dict[str, Any], data_pointwise: Optional[Dict[str, np.ndarray]], out: Path) -> Dict[str, str]:
-    from hca_rllib.report import _figure
+    from hca_rllib.report import make_figure
 
     files: Dict[str, str] = {}
-    figure = _figure(6.5, 4.0)
+    figure = make_figure(6.5, 4.0)
     ax = figure.add_subplot(1, 1, 1)
     names = [r["horizon"] for r in result["horizons"]]
     x = np.arange(len(names))
@@ -720,7 +719,7 @@ def _plots(result: Dict[str, Any], data_pointwise: Optional[Dict[str, np.ndarray
     files["horizon"] = "information_horizon.png"
     if data_pointwise is not None:
         values = data_pointwise[result["peak_horizon"]]
-        figure = _figure(6.5, 4.0)
+        figure = make_figure(6.5, 4.0)
         ax = figure.add_subplot(1, 1, 1)
         ax.hist(values, bins=60, log=True)
         ax.axvline(result["threshold"], color="tab:red", linestyle="--", label=f"threshold {result['threshold']:g}")
@@ -835,59 +834,3 @@ def write_probe_report(result: Dict[str, Any], out) -> Path:
         text = text.replace("![pointwise information](pointwise_information.png)\n", "")
     (out / "probe.md").write_text(text)
     return out / "probe.md"
-
-
-# ------------------------------------------------------------------------- command
-
-
-def add_probe_arguments(parser):
-    from hca_rllib.cli import SEED, float_argument, input_directory_argument, int_argument, output_directory_argument
-
-    parser.add_argument("--env", default=None,
-                        help="environment id (as for train); default with --checkpoint: the checkpoint's")
-    parser.add_argument("--checkpoint", type=input_directory_argument, default=None,
-                        help="probe a trained policy: a checkpoint or run directory (default: uniform random)")
-    parser.add_argument("--episodes", type=int_argument(MIN_EPISODES), default=DEFAULT_EPISODES,
-                        help=f"complete episodes to collect (default {DEFAULT_EPISODES})")
-    parser.add_argument("--max-steps", type=int_argument(1), default=DEFAULT_MAX_STEPS,
-                        help=f"step budget; collection stops at whichever comes first (default {DEFAULT_MAX_STEPS:,})")
-    parser.add_argument("--horizons", default="1,4,16,64,end",
-                        help="return horizons K, comma-separated; 'end': to the episode's end (default 1,4,16,64,end)")
-    parser.add_argument("--gamma", type=float_argument(1e-6, 1.0), default=GAMMA)
-    parser.add_argument("--held-out-fraction", type=float_argument(0.01, 0.99), default=HELD_OUT_FRACTION)
-    parser.add_argument("--threshold", type=float_argument(0.0), default=THRESHOLD,
-                        help=f"nats: a decision holds information above it (default {THRESHOLD:g})")
-    parser.add_argument("--num-envs", type=int_argument(1, 1024), default=8)
-    parser.add_argument("--seed", type=SEED, default=0)
-    parser.add_argument("--set-env", action="append", default=[], metavar="KEY=VALUE",
-                        help="env_config entry, e.g. --set-env length=30")
-    parser.add_argument("--output", type=output_directory_argument, default="runs/probe",
-                        help="directory for probe.md, probe.json and the plots")
-    return parser
-
-
-def probe_command(args) -> int:
-    from hca_rllib.cli import UsageError, parse_overrides
-
-    if args.env is None and args.checkpoint is None:
-        raise UsageError("probe: give --env (or --checkpoint)")
-    try:
-        horizons = parse_horizons(args.horizons)
-    except ProbeError as error:
-        raise UsageError(f"--{error}") from None  # "--horizons: ..."
-    env_config = parse_overrides(args.set_env, "--set-env") if args.set_env else None
-    def progress(message: str) -> None:  # on stdout, as train's progress; errors alone on stderr
-        print(message, file=sys.stdout, flush=True)
-
-    try:
-        result = probe(args.env, env_config=env_config, checkpoint=args.checkpoint, episodes=args.episodes,
-                       max_steps=args.max_steps, horizons=horizons, gamma=args.gamma,
-                       held_out_fraction=args.held_out_fraction, threshold=args.threshold,
-                       num_envs=args.num_envs, seed=args.seed, progress=progress, keep_data=True)
-    except ProbeError as error:
-        raise UsageError(str(error)) from None
-    path = write_probe_report(result, args.output)
-    for line in result["reading"]["text"]:
-        print(line)
-    print(f"probe: {path}")
-    return 0

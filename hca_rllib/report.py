@@ -32,11 +32,9 @@ draws on the report's own figure).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -54,8 +52,7 @@ __all__ = [
     "final_score",
     "common_grid_curves",
     "write_report",
-    "add_report_arguments",
-    "report_command",
+    "make_figure",
 ]
 
 RUN_FILE = "run.json"
@@ -251,8 +248,9 @@ def _slug(text: str) -> str:
 # ---------------------------------------------------------------------- drawing
 
 
-def _figure(width: float, height: float):
-    """A matplotlib Figure on the Agg canvas (matplotlib imported here, lazily)."""
+def make_figure(width: float, height: float):
+    """A matplotlib Figure on the Agg canvas, at the report's DPI (matplotlib imported here,
+    lazily): every figure the report and the probe draw."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -295,7 +293,7 @@ def _style_axes(ax, title: str, ylabel: str) -> None:
 def _plot_learning_curves(path: Path, env: str, groups: Dict[str, Group], ylabel: str,
                           colors: Dict[str, Any]) -> Dict[str, Any]:
     """Draw one environment's learning curves; returns what was drawn per method."""
-    figure = _figure(7.5, 4.6)
+    figure = make_figure(7.5, 4.6)
     ax = figure.add_subplot(1, 1, 1)
     drawn: Dict[str, Any] = {}
     for method, group in groups.items():
@@ -327,7 +325,7 @@ def _plot_diagnostics(path: Path, env: str, groups: Dict[str, Group],
         return None
     ncols = 1 if len(panels) == 1 else 2
     nrows = math.ceil(len(panels) / ncols)
-    figure = _figure(6.0 * ncols, 3.6 * nrows + 0.5)
+    figure = make_figure(6.0 * ncols, 3.6 * nrows + 0.5)
     for index, (title, ylabel, lines) in enumerate(panels):
         ax = figure.add_subplot(nrows, ncols, index + 1)
         for method, group in groups.items():
@@ -363,7 +361,7 @@ def _plot_performance_profile(path: Path, env: str, summaries: Dict[str, Dict[st
     quartiles = np.percentile(pooled, [25, 50, 75])
     taus = np.unique(np.concatenate([np.linspace(pooled.min(), pooled.max(), 51), quartiles]))
     taus, profiles = stats.performance_profile(scores, taus)
-    figure = _figure(6.4, 4.2)
+    figure = make_figure(6.4, 4.2)
     ax = figure.add_subplot(1, 1, 1)
     stats.plot_performance_profile(ax, taus, profiles, {m: colors[m] for m in scores},
                                    xlabel=f"final score: {score_label} (tau)")
@@ -659,32 +657,3 @@ def _markdown(data: Dict[str, Any], found: int) -> str:
                 lines.append(f"| {_cell(method)} | " + " | ".join(cells) + " |")
             lines += ["", f"![{env} performance profile]({e['performance_profile']})", ""]
     return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------- command
-
-
-def add_report_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Add the arguments of `hca-rllib report` to `parser` (a subparser)."""
-    from hca_rllib.cli import float_argument, input_directory_argument, output_directory_argument
-
-    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", type=input_directory_argument,
-                        help="run directories (run.json + results.jsonl) or directories above them")
-    parser.add_argument("--output", default="runs/report", type=output_directory_argument,
-                        help="directory for report.md, report.json and the figures")
-    parser.add_argument("--final-fraction", type=float_argument(0.0, 1.0, low_open=True), default=0.1,
-                        help="final score: mean over this trailing fraction of iterations "
-                             "(default 0.1)")
-    return parser
-
-
-def report_command(args: argparse.Namespace) -> int:
-    """Run `hca-rllib report` from parsed arguments; 0 on success, 2 on bad input."""
-    try:
-        path = write_report(args.run_dirs, args.output,
-                            final_fraction=args.final_fraction)
-    except (FileNotFoundError, ValueError) as error:
-        print(f"hca-rllib: error: {error}", file=sys.stderr)
-        return 2
-    print(f"report: {path}")
-    return 0

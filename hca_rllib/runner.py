@@ -344,7 +344,9 @@ def read_results(path, on_torn: Optional[Callable[[str], None]] = None) -> List[
 # ------------------------------------------------------------------ checkpoints
 
 
-def _file_hashes(directory: Path) -> Dict[str, str]:
+def file_hashes(directory: Path) -> Dict[str, str]:
+    """SHA-256 of every file below `directory` but CHECKPOINT_META, by relative path: what
+    CHECKPOINT_META records and `verify_checkpoint` checks."""
     hashes = {}
     for path in sorted(directory.rglob("*")):
         if path.is_file() and path.name != CHECKPOINT_META:
@@ -393,7 +395,7 @@ def save_checkpoint(algo, run_dir: Path, iteration: int, env_steps: int, keep: i
         from hca_rllib import __version__
 
         meta = {"iteration": iteration, "env_steps": env_steps, "time": time.time(),
-                "package_version": __version__, "files": _file_hashes(tmp)}
+                "package_version": __version__, "files": file_hashes(tmp)}
         with open(tmp / CHECKPOINT_META, "w") as f:
             f.write(json.dumps(meta, indent=1))
         _fsync_tree(tmp)
@@ -480,7 +482,7 @@ def verify_checkpoint(path: Path, require_meta: bool = False) -> Dict[str, Any]:
         int(meta["iteration"]), int(meta["env_steps"])
     except (ValueError, OSError, KeyError, TypeError) as error:
         raise CheckpointError(f"checkpoint {str(path)!r}: unreadable {CHECKPOINT_META} ({error!r})") from None
-    actual = _file_hashes(path)
+    actual = file_hashes(path)
     for name, digest in files.items():
         if name not in actual:
             raise CheckpointError(f"checkpoint {str(path)!r}: file {name} is missing")
@@ -553,7 +555,7 @@ def restore_algorithm(algo, path: Path) -> None:
     try:
         algo.restore_from_path(str(Path(path).resolve()))
     except Exception as error:
-        version = _checkpoint_version(path)
+        version = checkpoint_version(path)
         made = (f" (made by hca_rllib {version}; this is {__version__})"
                 if version is not None and version != __version__ else "")
         first = str(error).strip().splitlines()[0] if str(error).strip() else ""
@@ -561,7 +563,9 @@ def restore_algorithm(algo, path: Path) -> None:
                               f"{_algo_name(type(algo))}{made}: {type(error).__name__}: {first[:300]}") from None
 
 
-def _checkpoint_version(path: Path) -> Optional[str]:
+def checkpoint_version(path: Path) -> Optional[str]:
+    """The hca_rllib version that made the checkpoint at `path` (from its CHECKPOINT_META),
+    or None where that file is missing or unreadable."""
     try:
         return json.loads((Path(path) / CHECKPOINT_META).read_text()).get("package_version")
     except (OSError, ValueError, AttributeError):

@@ -365,7 +365,8 @@ def test_resume_over_a_damaged_run_json_is_a_one_line_error(content, message, tm
 
 def test_resume_over_a_damaged_results_file_is_a_one_line_error(tmp_path, capsys):
     """Only a torn last line is skipped; damage before it is named, before Ray starts."""
-    from hca_rllib.cli import TRAIN_ARGS, main, make_parser
+    from hca_rllib.cli import main, make_parser
+    from hca_rllib.cli.train import TRAIN_ARGS
 
     defaults = vars(make_parser().parse_args(["train"]))
     args = {key: defaults[key] for key in TRAIN_ARGS}

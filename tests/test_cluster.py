@@ -78,7 +78,8 @@ def test_kuberay_manifests_use_token_auth_and_secrets(name, kind):
 
 
 def test_rayjob_entrypoint_is_a_valid_training_command():
-    from hca_rllib.cli import build_config, make_parser
+    from hca_rllib.cli import make_parser
+    from hca_rllib.cli.train import build_config
 
     entrypoint = yaml.safe_load((CLUSTER / "kuberay" / "rayjob.yaml").read_text())["spec"]["entrypoint"]
     words = shlex.split(entrypoint)

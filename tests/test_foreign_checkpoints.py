@@ -70,12 +70,12 @@ def newest(run: Path) -> Path:
 def rehash(checkpoint: Path, **meta_changes) -> None:
     """Make the checkpoint's hashes match its (changed) files: what a checkpoint made
     elsewhere has, so that only the mismatch itself is tested."""
-    from hca_rllib.runner import CHECKPOINT_META, _file_hashes
+    from hca_rllib.runner import CHECKPOINT_META, file_hashes
 
     path = checkpoint / CHECKPOINT_META
     meta = json.loads(path.read_text()) if path.exists() else {"iteration": 1, "env_steps": 128}
     meta.pop("files", None)
-    files = _file_hashes(checkpoint)
+    files = file_hashes(checkpoint)
     files.pop(CHECKPOINT_META, None)
     path.write_text(json.dumps({**meta, **meta_changes, "files": files}))
 

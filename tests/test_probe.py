@@ -348,7 +348,7 @@ def test_probe_of_a_trained_checkpoint_uses_its_policy_and_never_trains_it(ray_l
                  "--set", "train_batch_size_per_learner=256", "--set", "lr=0.01", "--output", str(run)]) == 0
     checkpoint = evaluation.find_checkpoint(run)
     files = _files(checkpoint)
-    reference = evaluation._load_module(checkpoint)
+    reference = evaluation.load_checkpoint_module(checkpoint)
     with torch.no_grad():
         _, logits = reference.policy_outputs(torch.tensor([[1.0, 0.0]]))  # the start state's observation
     expected = torch.softmax(logits.double(), -1)[0].numpy()
@@ -361,8 +361,8 @@ def test_probe_of_a_trained_checkpoint_uses_its_policy_and_never_trains_it(ray_l
         used.append((module, {k: v.clone() for k, v in module.state_dict().items()}))
         return module
 
-    evaluation_load = evaluation._load_module
-    monkeypatch.setattr(evaluation, "_load_module", load_and_keep)
+    evaluation_load = evaluation.load_checkpoint_module
+    monkeypatch.setattr(evaluation, "load_checkpoint_module", load_and_keep)
     capsys.readouterr()
     out = tmp_path / "probe"
     assert main(["probe", "--checkpoint", str(run), "--episodes", "400", "--horizons", "1,end",

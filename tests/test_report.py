@@ -13,13 +13,12 @@ import numpy as np
 import pytest
 
 from hca_rllib import stats
+from hca_rllib.cli import report as report_cli
 from hca_rllib.report import (
-    add_report_arguments,
     common_grid_curves,
     final_score,
     find_run_dirs,
     method_label,
-    report_command,
     write_report,
 )
 
@@ -318,9 +317,9 @@ def test_report_images_exist_are_drawn_and_linked(synthetic):
 def test_report_single_seed_and_a2c_only(tmp_path):
     make_run(tmp_path / "runs", "HCA/Bandit-v0", "A2C", "a2c", 0, score_curve(1.0, 0))
     out = tmp_path / "report"
-    args = add_report_arguments(argparse.ArgumentParser()).parse_args(
+    args = report_cli.add_arguments(argparse.ArgumentParser()).parse_args(
         [str(tmp_path / "runs"), "--output", str(out), "--final-fraction", "0.25"])
-    assert report_command(args) == 0
+    assert report_cli.run(args) == 0
     data = json.loads((out / "report.json").read_text())
     env = data["environments"]["HCA/Bandit-v0"]
     assert env["diagnostics"] is None and not (out / "diagnostics_HCA_Bandit-v0.png").exists()
@@ -333,11 +332,11 @@ def test_report_single_seed_and_a2c_only(tmp_path):
 
 def test_report_errors(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:  # a missing RUN_DIR: refused by its argument type
-        add_report_arguments(argparse.ArgumentParser()).parse_args(
+        report_cli.add_arguments(argparse.ArgumentParser()).parse_args(
             [str(tmp_path / "missing"), "--output", str(tmp_path / "out")])
     assert exit_.value.code == 2 and "no such directory" in capsys.readouterr().err
     args = argparse.Namespace(run_dirs=[tmp_path], output=tmp_path / "out", final_fraction=0.1)
-    assert report_command(args) == 2
+    assert report_cli.run(args) == 2
     assert "no run directory" in capsys.readouterr().err
     with pytest.raises(FileNotFoundError, match="no run directory"):
         write_report([tmp_path], tmp_path / "out")
@@ -410,11 +409,11 @@ def test_report_takes_relative_and_home_paths(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path / "work")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     parser = argparse.ArgumentParser()
-    add_report_arguments(parser)
+    report_cli.add_arguments(parser)
     args = parser.parse_args(["runs", "--output", "~/report"])
     assert args.run_dirs == [tmp_path / "work" / "runs"] and args.output == tmp_path / "home" / "report"
     monkeypatch.chdir(tmp_path)  # parsed paths are absolute: a later chdir changes nothing
-    assert report_command(args) == 0
+    assert report_cli.run(args) == 0
     assert (tmp_path / "home" / "report" / "report.md").is_file()
     assert f"report: {tmp_path / 'home' / 'report' / 'report.md'}" in capsys.readouterr().out
     monkeypatch.chdir(tmp_path / "work")

@@ -268,11 +268,12 @@ def _documented_metrics():
 
 
 def test_documented_metrics_are_accepted():
-    from hca_rllib.sweep import add_sweep_arguments, check_metric
+    from hca_rllib.cli.sweep import add_arguments
+    from hca_rllib.sweep import check_metric
 
     import argparse
 
-    default = add_sweep_arguments(argparse.ArgumentParser()).parse_args(["--envs", "x"]).metric
+    default = add_arguments(argparse.ArgumentParser()).parse_args(["--envs", "x"]).metric
     names = _documented_metrics() | {default, "env_runners/episode_return_mean"}  # the last: test_sweep
     assert "env_runners/game_return_window_mean" in names and default in names
     for name in names:

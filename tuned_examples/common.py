@@ -115,8 +115,8 @@ def minatar_config(game: str, algo: str = "HCA", credit: Optional[str] = None, *
 
 
 def make_parser(budget: int, default_output: str, description: str = ""):
-    from hca_rllib.cli import (SEED, TORCH_THREADS, OneLineParser, address_argument, int_argument,
-                               output_directory_argument)
+    from hca_rllib.cli.arguments import (SEED, TORCH_THREADS, OneLineParser, address_argument, int_argument,
+                                         output_directory_argument)
 
     lines = description.strip().splitlines()
     # The first line is the description; the rest (the game's facts) comes after the options.
@@ -159,7 +159,7 @@ def main(make_config: Callable[..., Any], *, budget: int, expected: Dict[str, An
          default_output: str, argv=None, description: str = "") -> Dict[str, Any]:
     """Parse the command line, build `make_config(algo, credit, num_env_runners=...)`,
     seed it and train it with `hca_rllib.runner.run_training`; returns the last results line."""
-    from hca_rllib.cli import directory_error
+    from hca_rllib.cli.arguments import directory_error
     from hca_rllib.runner import EXIT_DISK, DiskWriteError, restore_run_args, run_training, user_path
 
     parser = make_parser(budget, default_output, description)

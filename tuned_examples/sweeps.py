@@ -78,7 +78,8 @@ def sweep_kwargs(which: str, num_env_runners: int = 0, stop_timesteps=None, cred
 
 
 def main(argv=None):
-    from hca_rllib.cli import MAX_COUNT, OneLineParser, address_argument, float_argument, int_argument, storage_argument
+    from hca_rllib.cli.arguments import (MAX_COUNT, OneLineParser, address_argument, float_argument, int_argument,
+                                         storage_argument)
     from hca_rllib.sweep import MAX_CPUS_PER_ENV_RUNNER
 
     # A bad argument: one line and exit status 2, before Ray starts (as `hca-rllib sweep`).
