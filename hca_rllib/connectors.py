@@ -41,7 +41,7 @@ from ray.rllib.utils.annotations import override
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 from ray.rllib.utils.typing import EpisodeType
 
-from hca_rllib import credit
+from hca_rllib import compat, credit
 from hca_rllib.module import CREDIT_WEIGHTS, RETURNS
 
 # Key of the per-module `CreditState`s in the pipeline's `shared_data`.
@@ -62,7 +62,7 @@ def lean_learner_blocker(config) -> Optional[str]:
     """The first feature `config` uses that the lean learner path does not support, as
     one phrase naming it and why, or None. Several epochs, minibatches and learners are
     supported (the credit is then fixed before the first step)."""
-    if getattr(config, "_learner_connector", None) is not None:
+    if compat.user_connector(config, "learner") is not None:
         return "learner_connector is set (the lean learner path runs no user learner connector pieces)"
     if config.is_multi_agent:
         return "the config is multi-agent (the lean learner path is single-agent)"

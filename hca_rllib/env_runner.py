@@ -12,14 +12,14 @@ timestep loop of ``_sample`` (``sample()``'s framing, weight sync, state, checkp
   random stream), ``env.step``. No connector pipelines, no per-step dicts, episode
   objects or metrics. For the stock module the logits and the draw come from
   :mod:`hca_rllib.fast_policy` (flat torch calls, each conv layer's kernel picked by
-  timing, Categorical's draw in fewer ops; a finite-logits check per fragment); other
+  its shape, Categorical's draw in fewer ops; a finite-logits check per fragment); other
   modules get their own ``_forward_exploration`` and ``Categorical``
   (``PlainLeanEnvRunner`` forces that path).
-* A gymnasium ``SyncVectorEnv`` (NEXT_STEP autoreset, Box observations: what RLlib's
-  ``make_env`` builds for a registered env) is stepped directly into the fragment
-  buffers: the same sub-env calls in the same order as its ``step``, without its
-  observation stacking, deep copy and per-step info arrays (``_direct_step``; the same
-  episodes and the same env state, tests/test_env_runner.py).
+* The sub-envs of a gymnasium ``SyncVectorEnv`` (NEXT_STEP autoreset, Box observations:
+  what RLlib's ``make_env`` builds for a registered env) are stepped by the runner itself
+  into the fragment buffers: the same sub-env calls in the same order as the vector
+  env's ``step``, without its observation stacking, deep copy and per-step info arrays
+  (``_direct_step``; the same episodes, tests/test_env_runner.py).
 * Preallocated numpy buffers per fragment; the ``SingleAgentEpisode`` chunks are built
   once per ``sample()`` from them, with what RLlib's path stores: observations including
   the last one, actions, rewards, terminated/truncated, the extra model outputs
@@ -84,6 +84,7 @@ from ray.util.debug import log_once
 
 from ray.rllib.core.rl_module.torch import TorchRLModule
 
+from hca_rllib import compat
 from hca_rllib.envs.groups import EnvGroups, split_vector_env
 from hca_rllib.fast_policy import ConvBackends, policy_plan, sample_actions
 
@@ -100,6 +101,9 @@ DEFAULT_SAMPLER = AUTO
 DEFAULT_SAMPLER_OVERLAP = False
 # Groups of envs `sampler_overlap` steps in turn.
 OVERLAP_GROUPS = 2
+# The dtype of the rewards `SyncVectorEnv.step` returns (float64 whatever the sub-envs
+# give): the lean runner's own stepping of its sub-envs stores them so.
+SYNC_VECTOR_REWARD_DTYPE = np.float64
 
 # Connector pieces the lean loop does itself (RLlib's defaults, and frame stacking).
 _ENV_TO_MODULE_OK = (
@@ -143,9 +147,9 @@ def lean_sampler_blocker(config) -> Optional[str]:
     user connectors)"), or None: the lean runner can take the config. What only shows
     once the env exists (a non-Discrete action space of an env given as a callable) is
     checked by the runner itself (`LeanEnvRunner`)."""
-    for name in ("env_to_module_connector", "module_to_env_connector"):
-        if getattr(config, f"_{name}", None) is not None:
-            return f"{name} is set (the lean sampler runs no user connectors)"
+    for name in ("env_to_module", "module_to_env"):
+        if compat.user_connector(config, name) is not None:
+            return f"{name}_connector is set (the lean sampler runs no user connectors)"
     reason = unsupported_callbacks(config)
     if reason:
         return reason
@@ -181,24 +185,15 @@ class PreviousChunks:
         return self.t
 
 
-class _InfoLists:
-    """DictInfoToList's conversion of a vector info to per-env dicts, for `num_envs` envs."""
-
-    _convert_info_to_list = DictInfoToList._convert_info_to_list
-
-    def __init__(self, num_envs: int):
-        self.num_envs = num_envs
-
-
 class LeanEnvRunner(SingleAgentEnvRunner):
     """RLlib's SingleAgentEnvRunner with a fused, buffered timestep loop (module docs)."""
 
     # The inference pass of `hca_rllib.fast_policy` (flat torch calls, conv kernel by
-    # measurement, fewer-op action draw); False: the module's `_forward_exploration` and
+    # shape, fewer-op action draw); False: the module's `_forward_exploration` and
     # `torch.distributions.Categorical` (the comparison `benchmarks/throughput.py` runs).
     fast_policy = True
-    # Step a gymnasium `SyncVectorEnv` (NEXT_STEP autoreset, Box observations) directly
-    # into the fragment buffers (`_direct_step`); False: its own `step` (module docs).
+    # Step the sub-envs of a gymnasium `SyncVectorEnv` (NEXT_STEP autoreset, Box
+    # observations) into the fragment buffers (`_direct_step`); False: its own `step`.
     direct_vector_step = True
 
     @override(SingleAgentEnvRunner)
@@ -353,7 +348,10 @@ class LeanEnvRunner(SingleAgentEnvRunner):
             return super()._sample(num_timesteps=num_timesteps, num_episodes=num_episodes,
                                    explore=explore, random_actions=random_actions,
                                    force_reset=force_reset or lean_was_running)
-        if force_reset or self._lean is None or self._needs_initial_reset:
+        if (force_reset or self._lean is None or self._needs_initial_reset
+                or (self._lean.get("own_step") and not self._direct_ok(self._vector_env()))):
+            # (The last: the runner stepped the sub-envs itself, and the vector env's own
+            # `step` would go on from its stale state.)
             self._lean_reset()
         while True:
             episodes = self._lean_sample(int(num_timesteps), explore)
@@ -424,21 +422,23 @@ class LeanEnvRunner(SingleAgentEnvRunner):
                 if not more:
                     break
         elif self._direct_ok(env):
-            # The vector env's step written straight into the buffers (`_direct_step`).
+            # The sub-envs stepped by the runner, straight into the buffers (`_direct_step`).
+            s["own_step"] = True
             everything = slice(0, n)
             if b["rew"] is None:
-                b["rew"] = np.zeros(b["act"].shape, env._rewards.dtype)
+                b["rew"] = np.zeros(b["act"].shape, SYNC_VECTOR_REWARD_DTYPE)
             env_infos: List[Any] = [None] * n  # this step's per-env info dicts
             infos_of = lambda: self._direct_infos(env, env_infos)  # noqa: E731
             while ts < num_timesteps:
                 ts += n - int(needs_reset.sum())
                 actions = self._lean_act(f, v, everything)
-                if self._lean_env_call(self._direct_step, env, b, v, actions,
+                # `needs_reset` (the envs whose episode ended at the last step) is the
+                # vector env's autoreset state; `_lean_after_step` updates it.
+                if self._lean_env_call(self._direct_step, env.envs, needs_reset, b, v, actions,
                                        env_infos) is ENV_STEP_FAILURE:
                     return None
                 self._lean_after_step(f, v, everything, infos_of)
                 v += 1
-            self._direct_sync(env, b, v)
         else:
             everything = slice(0, n)
             while ts < num_timesteps:
@@ -530,9 +530,9 @@ class LeanEnvRunner(SingleAgentEnvRunner):
 
         def infos_of() -> List[dict]:
             if group_size is not None:
-                return _InfoLists(group_size)._convert_info_to_list(info)
+                return compat.vector_infos_to_list(info, group_size)
             if isinstance(self.env, DictInfoToList):
-                return self.env._convert_info_to_list(info)
+                return compat.vector_infos_to_list(info, self.env.num_envs)
             return [{} for _ in range(self.num_envs)]
 
         self._lean_after_step(f, v, sl, infos_of)
@@ -561,76 +561,62 @@ class LeanEnvRunner(SingleAgentEnvRunner):
                 st[needs_reset, ..., :-frame] = 0
         needs_reset[:] = done
 
-    # ------------------------------------------------------- direct SyncVectorEnv step
+    # ------------------------------------------------------- own SyncVectorEnv step
     #
     # gymnasium's `SyncVectorEnv.step` (1.x, NEXT_STEP autoreset) loops over its envs
     # (an env that ended at the last step gets `reset()`, reward 0, not terminated or
     # truncated; the others `step(action)`), then stacks the observations into its own
     # array (`concatenate`, singledispatch), deep-copies that array, copies rewards,
     # terminations and truncations, and builds a dict of per-key arrays from the infos
-    # (`_add_info` per env) that RLlib's `DictInfoToList` turns back into per-env dicts.
-    # The lean loop copies all of that into its fragment buffers once more. The direct
-    # step below runs the same loop over the same envs, with the same calls in the same
-    # order, and writes each env's results straight into the buffer rows; the infos stay
-    # the envs' own dicts and go through `_add_info` and `DictInfoToList` (what the
-    # stock step gives) only at a step where an episode ended, the one place the lean
-    # loop keeps them. The vector env's state is kept as its own step leaves it
-    # (`_autoreset_envs`, `_env_obs` every step; `_observations`, `_rewards`,
-    # `_terminations`, `_truncations` at the end of the fragment), so its own `step` and
-    # `reset` (RLlib's loop, `sampler="rllib"` on the same env, evaluation) carry on from
-    # it. Only for `type(env) is SyncVectorEnv` (no subclass, no vector wrapper under
-    # DictInfoToList) with NEXT_STEP autoreset and a Box observation space; anything
-    # else, or `direct_vector_step = False`, steps through the env's own `step`.
-    # tests/test_env_runner.py checks the episodes (infos included) and the env state
-    # are the same as through `SyncVectorEnv.step`; benchmarks/results/sync_step has the
-    # measured gain.
+    # that RLlib's `DictInfoToList` turns back into per-env dicts. The lean loop copies
+    # all of that into its fragment buffers once more. Instead, the runner runs that loop
+    # itself over the vector env's public `envs`, with the same calls in the same order
+    # and its own autoreset flags (the fragment's `needs_reset`), and writes each env's
+    # results straight into the buffer rows; the infos stay the envs' own dicts and are
+    # converted as the stock step and `DictInfoToList` would (`hca_rllib.compat`) only
+    # at a step where an episode ended, the one place the lean loop keeps them. The
+    # vector env's own state is not kept up to date, so anything that steps it
+    # afterwards resets it first: RLlib's loop (`_sample` resets after lean sampling)
+    # and the lean loop through the env's own `step` (`_sample` resets when the lean
+    # state was sampled by this step). Only for `type(env) is SyncVectorEnv` (no
+    # subclass, no vector wrapper under DictInfoToList) with NEXT_STEP autoreset and a
+    # Box observation space; anything else, or `direct_vector_step = False`, steps
+    # through the env's own `step`. tests/test_env_runner.py checks the episodes (infos
+    # included) are the same as through `SyncVectorEnv.step`;
+    # benchmarks/results/sync_step has the measured gain.
 
     def _direct_ok(self, env) -> bool:
         return (self.direct_vector_step and type(env) is SyncVectorEnv
                 and env.autoreset_mode == AutoresetMode.NEXT_STEP
-                and type(env.single_observation_space) is Box
-                and hasattr(env, "_autoreset_envs") and hasattr(env, "_env_obs"))
+                and type(env.single_observation_space) is Box)
 
     @staticmethod
-    def _direct_step(env, b: Dict[str, np.ndarray], v: int, actions: np.ndarray,
-                     env_infos: List[Any]) -> None:
-        """`SyncVectorEnv.step(actions)` (NEXT_STEP) with its results written into row `v`
-        of the buffers (observations into row `v + 1`) and its infos into `env_infos`."""
-        envs = env.envs
+    def _direct_step(envs, autoreset: np.ndarray, b: Dict[str, np.ndarray], v: int,
+                     actions: np.ndarray, env_infos: List[Any]) -> None:
+        """What `SyncVectorEnv.step(actions)` (NEXT_STEP) does to its sub-`envs`, with
+        `autoreset` its autoreset flags, the results written into row `v` of the buffers
+        (observations into row `v + 1`) and the infos into `env_infos`."""
         if len(actions) != len(envs):  # SyncVectorEnv.step's zip(..., strict=True)
             raise ValueError(f"{len(actions)} actions for {len(envs)} envs")
         obs, rew, term, trunc = b["obs"][v + 1], b["rew"][v], b["term"][v], b["trunc"][v]
-        autoreset, env_obs = env._autoreset_envs, env._env_obs
         for i, sub in enumerate(envs):
             if autoreset[i]:
-                env_obs[i], env_infos[i] = sub.reset()
+                obs[i], env_infos[i] = sub.reset()
                 rew[i] = 0.0
                 term[i] = False
                 trunc[i] = False
             else:
-                env_obs[i], rew[i], term[i], trunc[i], env_infos[i] = sub.step(actions[i])
-            obs[i] = env_obs[i]
-        env._autoreset_envs = np.logical_or(term, trunc)
+                obs[i], rew[i], term[i], trunc[i], env_infos[i] = sub.step(actions[i])
 
     def _direct_infos(self, env, env_infos: List[Any]) -> List[dict]:
         """The per-env infos of a direct step as the stock step and RLlib's
-        DictInfoToList give them (the same `_add_info` and `_convert_info_to_list`)."""
+        DictInfoToList give them (the same conversions, `hca_rllib.compat`)."""
         if not isinstance(self.env, DictInfoToList):
             return [{} for _ in range(self.num_envs)]
         infos: Dict[str, Any] = {}
         for i, info in enumerate(env_infos):
-            infos = env._add_info(infos, info, i)
-        return self.env._convert_info_to_list(infos)
-
-    @staticmethod
-    def _direct_sync(env, b: Dict[str, np.ndarray], v: int) -> None:
-        """The rest of the vector env's state as its own last step would have left it."""
-        if v == 0:
-            return
-        env._observations[...] = b["obs"][v]
-        env._rewards[...] = b["rew"][v - 1]
-        env._terminations[...] = b["term"][v - 1]
-        env._truncations[...] = b["trunc"][v - 1]
+            infos = compat.add_vector_info(env, infos, info, i)
+        return compat.vector_infos_to_list(infos, env.num_envs)
 
     def _start_episode(self, i: int) -> None:
         s = self._lean

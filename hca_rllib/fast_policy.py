@@ -17,17 +17,19 @@ vector step (benchmarks/results/throughput_fast/summary.md).
   `load_state_dict`, or `assign=True`) are seen; the runner caches the plan per module
   object and batch shape (`LeanEnvRunner._policy_plan`), so a module whose layers are
   replaced in place (`module.pi = nn.Linear(...)`) needs a new module object.
-* Convolution backend, per layer, by measurement: oneDNN (what `nn.Conv2d` runs on
-  CPU) or torch's native im2col + GEMM kernel (`thnn_conv2d`) on a contiguous NCHW
-  input. At MinAtar's Conv2d(4, 16, 3) on batch 8 the native kernel took less than half
-  of oneDNN's time; at Pong's Conv2d(4, 32, 8, 4) on batch 16 oneDNN was 3-4x faster.
-  :class:`ConvBackends` times both on the layer's real input the first time a shape is
-  seen (7 interleaved rounds of 3 calls each, medians compared), and takes the native
-  kernel only when it is at least 20% faster AND its output agrees with oneDNN's
-  (`allclose`, rtol 1e-4, atol 1e-5; float sums in another order). Otherwise, or when
-  `torch._C._nn.thnn_conv2d` is missing, the layer keeps `F.conv2d`. A wrong pick on a
-  noisy machine costs speed only, never correctness. The choice is kept per runner and
-  shape (`LeanEnvRunner._conv_backends`).
+* Convolution backend, per layer, by a fixed rule on its shape: torch's native im2col +
+  GEMM kernel (`thnn_conv2d`, through :mod:`hca_rllib.compat`) on a contiguous NCHW
+  input for a small convolution, oneDNN (what `nn.Conv2d` runs on CPU) otherwise. oneDNN
+  has a fixed cost per call that dominates small layers: at MinAtar's Conv2d(4, 16, 3) on
+  batch 8 (0.3 M multiply-adds) the native kernel took 20 us against 140 us; at Pong's
+  Conv2d(4, 32, 8, 4) on batch 16 (52 M) oneDNN was 5x faster; the two cross between
+  0.7 M and 2.4 M. :class:`ConvBackends` takes the native kernel for a layer of at most
+  `NATIVE_CONV_MAX_MACS` multiply-adds per call whose output agrees with oneDNN's on the
+  first batch (`allclose`, rtol 1e-4, atol 1e-5; float sums in another order), oneDNN
+  otherwise or when the native kernel is missing. The choice depends on the layer and
+  the batch shape only, never on timing, so a seeded run samples the same actions
+  however loaded the machine is. The choice is kept per runner and shape
+  (`LeanEnvRunner._conv_backends`).
 * :func:`sample_actions`: `Categorical(logits).sample()` is `torch.multinomial(probs, 1)`
   on `probs = softmax(logits - logsumexp(logits))`, and torch's multinomial draws one
   sample as `argmax(probs / q)` with `q ~ Exp(1)` from the default generator (its
@@ -43,26 +45,31 @@ vector step (benchmarks/results/throughput_fast/summary.md).
 from __future__ import annotations
 
 import logging
-import time
 from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch import nn
 
+from hca_rllib import compat
+
 logger = logging.getLogger(__name__)
 
-# Take the native convolution only when it is at least this much faster (median ratio).
-NATIVE_CONV_MARGIN = 0.8
-CALIBRATION_ROUNDS = 7
-CALIBRATION_CALLS = 3
+# The largest convolution (multiply-adds per call: batch x output positions x output
+# channels x input channels x kernel area) that runs on the native kernel (module docs).
+NATIVE_CONV_MAX_MACS = 1_000_000
 
 
-def _native_conv_available() -> bool:
-    return hasattr(torch._C._nn, "thnn_conv2d")
+def conv_macs(layer: nn.Conv2d, x: torch.Tensor) -> int:
+    """Multiply-adds of `layer` on the NCHW batch `x`."""
+    batch, channels, height, width = x.shape
+    (kh, kw), (sh, sw), (ph, pw) = layer.kernel_size, layer.stride, layer.padding
+    out_h = (height + 2 * ph - kh) // sh + 1
+    out_w = (width + 2 * pw - kw) // sw + 1
+    return batch * out_h * out_w * layer.out_channels * channels * kh * kw
 
 
 class ConvBackends:
-    """Per-layer choice between oneDNN and the native conv kernel, by timing (module docs)."""
+    """Per-layer choice between oneDNN and the native conv kernel, by shape (module docs)."""
 
     def __init__(self):
         # (layer index, input shape) -> "native" or "onednn"
@@ -71,39 +78,29 @@ class ConvBackends:
     def choose(self, index: int, layer: nn.Conv2d, x: torch.Tensor) -> str:
         key = (index, tuple(x.shape))
         if key not in self.choice:
-            self.choice[key] = self._measure(layer, x)
+            self.choice[key] = self._rule(layer, x)
             logger.info("lean sampler: conv layer %d on input %s: %s kernel", index,
                         tuple(x.shape), self.choice[key])
         return self.choice[key]
 
     @staticmethod
-    def _measure(layer: nn.Conv2d, x: torch.Tensor) -> str:
-        if not _native_conv_available():
+    def _rule(layer: nn.Conv2d, x: torch.Tensor) -> str:
+        if conv_macs(layer, x) > NATIVE_CONV_MAX_MACS or not compat.has_native_conv2d():
             return "onednn"
-        onednn = lambda: nn.functional.conv2d(x, layer.weight, layer.bias, layer.stride, layer.padding)  # noqa: E731
-        xc = x.contiguous()
-        native = lambda: _native_conv(layer, xc)  # noqa: E731
         try:
             with torch.inference_mode():
-                a, b = onednn(), native()
-                if a.shape != b.shape or not torch.allclose(a, b, rtol=1e-4, atol=1e-5):
-                    return "onednn"
-                times: Dict[str, List[float]] = {"onednn": [], "native": []}
-                for _ in range(CALIBRATION_ROUNDS):
-                    for name, fn in (("onednn", onednn), ("native", native)):
-                        t = time.perf_counter()
-                        for _ in range(CALIBRATION_CALLS):
-                            fn()
-                        times[name].append(time.perf_counter() - t)
+                a = nn.functional.conv2d(x, layer.weight, layer.bias, layer.stride, layer.padding)
+                b = _native_conv(layer, x.contiguous())
         except Exception:  # noqa: BLE001 - a private op: any failure (e.g. another
             return "onednn"  # signature, a TypeError) keeps the layer on oneDNN
-        med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
-        return "native" if med["native"] < NATIVE_CONV_MARGIN * med["onednn"] else "onednn"
+        if a.shape != b.shape or not torch.allclose(a, b, rtol=1e-4, atol=1e-5):
+            return "onednn"
+        return "native"
 
 
 def _native_conv(layer: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
-    return torch._C._nn.thnn_conv2d(x, layer.weight, layer.kernel_size, layer.bias,
-                                    layer.stride, layer.padding)
+    return compat.native_conv2d(x, layer.weight, layer.kernel_size, layer.bias,
+                                layer.stride, layer.padding)
 
 
 def _conv_ok(layer: nn.Conv2d) -> bool:
@@ -135,7 +132,7 @@ def policy_plan(module, backends: ConvBackends, example_obs: torch.Tensor
     """A callable `obs -> logits` equal to `module._forward({obs})[ACTION_DIST_INPUTS]`
     (up to the conv kernel's float rounding), or None when `module` is not the stock
     HCATorchRLModule structure. `example_obs`: a batch like the ones it will get (the
-    conv backends are timed on it the first time its shape is seen)."""
+    conv backends are chosen for its shape the first time it is seen)."""
     from ray.rllib.core.models.torch.encoder import TorchCNNEncoder, TorchMLPEncoder
     from ray.rllib.core.models.torch.primitives import TorchCNN, TorchMLP
 
@@ -218,7 +215,7 @@ def _apply(kind: str, layer, x: torch.Tensor, conv: str, fresh: bool) -> torch.T
     """One layer as `nn.Module.forward` computes it; activations in place on tensors this
     pass made (`fresh`), never on the caller's observations."""
     if kind == "linear":
-        return torch._C._nn.linear(x, layer.weight, layer.bias)
+        return nn.functional.linear(x, layer.weight, layer.bias)
     if kind == "relu":
         return torch.relu_(x) if fresh else torch.relu(x)
     if kind == "tanh":

@@ -32,6 +32,7 @@ from ray.rllib.connectors.env_to_module.frame_stacking import FrameStackingEnvTo
 from ray.rllib.connectors.learner.frame_stacking import FrameStackingLearner
 from ray.rllib.utils import force_list
 
+from hca_rllib import compat
 from hca_rllib.callbacks import STATS_CLS_LOOKUP, GameScoreCallback
 from hca_rllib.connectors import (DEFAULT_LEARNER_PATH, LEARNER_PATHS, LeanEpisodesToBatch,
                                   flatten_observations_if_needed, lean_learner_blocker)
@@ -785,7 +786,7 @@ def training_module(algo: Algorithm, module_id: str = "default_policy"):
     """
     group = algo.learner_group
     if group.is_local:
-        return group._learner.module[module_id].unwrapped()
+        return group.foreach_learner(lambda learner: learner.module[module_id].unwrapped())[0].get()
     from hca_rllib.module import HCATorchRLModule
 
     state = group.foreach_learner(lambda learner: learner.module[module_id].unwrapped().get_state())[0]
@@ -804,3 +805,6 @@ ALGORITHMS: Dict[str, type] = {"HCA": HCA, "A2C": A2C}
 # to"; these algorithms exist only there, so the warning is spent here, unshown.
 for _name in ALGORITHMS:
     log_once(f"{_name}_on_new_api_stack")
+# RLlib's RLModule.__init__ warns that `RLModule(config=...)` is deprecated for every
+# module, also for the new constructor this package uses: spent too (`compat`).
+compat.silence_rlmodule_config_deprecation()

@@ -30,6 +30,7 @@ import threading
 from typing import Any, Deque, Dict, Optional
 
 import torch
+from torch.nn.utils import get_total_norm
 
 from ray.rllib.connectors.learner import AddOneTsToEpisodesAndTruncate
 from ray.rllib.core.columns import Columns
@@ -57,12 +58,13 @@ def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def all_finite(tensors) -> bool:
-    """Whether every tensor (None: skipped) is finite: the largest |x| of each, in one
-    fused call, then one check (a NaN or inf anywhere makes its max-norm non-finite)."""
+    """Whether every tensor (None: skipped) is finite: the largest |x| over all of them,
+    in one fused call per device and dtype, then one check (a NaN or inf anywhere makes
+    the max-norm non-finite)."""
     tensors = [t.detach() for t in tensors if t is not None]
     if not tensors:
         return True
-    return bool(torch.isfinite(torch.stack(torch._foreach_norm(tensors, math.inf))).all())
+    return bool(torch.isfinite(get_total_norm(tensors, math.inf, foreach=True)))
 
 
 class HCATorchLearner(TorchLearner):

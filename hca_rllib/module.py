@@ -130,7 +130,10 @@ class Torso(nn.Module):
 
     def __init__(self, observation_space: gym.Space, model_config: Dict[str, Any]):
         super().__init__()
-        encoder_config = Catalog._get_encoder_config(
+        # Catalog's encoder config for this space with recurrence off (what its
+        # overridable `_get_encoder_config` returns for a non-recurrent model config;
+        # HCAConfig refuses use_lstm), through its public `get_tokenizer_config`.
+        encoder_config = Catalog.get_tokenizer_config(
             observation_space=observation_space, model_config_dict=dict(model_config)
         )
         self.encoder = encoder_config.build(framework="torch")

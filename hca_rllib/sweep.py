@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
+from hca_rllib import compat
 from hca_rllib.credit import CREDIT_MODES
 from hca_rllib.runner import (ResultsFile, read_results, result_line, user_path, wandb_logger_callback,
                               wandb_mode, write_file)
@@ -166,11 +167,9 @@ def _named_checkpoints(filesystem, directory: str, cache: dict) -> Optional[Dict
     another trial's directory). {} if there is no such file; None if it cannot be read
     (being written, a storage error). Parsed once per file version."""
     import pyarrow.fs
-    from ray.tune.execution.experiment_state import _find_newest_experiment_checkpoint
-    from ray.tune.utils.serialization import _loads_with_cloudpickle
 
     try:
-        newest = _find_newest_experiment_checkpoint(directory, fs=filesystem)
+        newest = compat.newest_experiment_state_file(directory, filesystem)
         if newest is None:
             return {}
         info = filesystem.get_file_info(newest)
@@ -182,7 +181,7 @@ def _named_checkpoints(filesystem, directory: str, cache: dict) -> Optional[Dict
                 state = json.loads(f.readall())
             named = {}
             for trial_json, metadata_json in state["trial_data"]:
-                manager = _loads_with_cloudpickle(metadata_json).get("checkpoint_manager")
+                manager = compat.load_trial_metadata(metadata_json).get("checkpoint_manager")
                 latest = manager.latest_checkpoint_result if manager is not None else None
                 named[json.loads(trial_json)["trial_id"]] = (
                     _checkpoint_key(latest.checkpoint.path) if latest is not None else None)
@@ -206,16 +205,16 @@ def make_checkpoint_pruner(keep: int = KEEP_CHECKPOINTS, scheduler=None):
     tests/test_sweep.py's kill test). So the sweep runs Tune with `num_to_keep=None` and
     this callback prunes: when a trial checkpoints, and once more at the end (after Tune's
     final state save) for the trials this driver ran. It drops the pruned entries from Tune's list of the trial's
-    checkpoints too (Tune 2.60's `_CheckpointManager._checkpoint_results`), so the
-    experiment state does not grow with every checkpoint.
+    checkpoints too (`compat.set_checkpoint_results`), so the experiment state does not
+    grow with every checkpoint.
 
     Other trials' claims on a trial's checkpoints (PBT): its exploit points the cloning
     trial's `latest_checkpoint_result` at a checkpoint of the trial it clones (restored
     when that trial starts again, or from the saved state after a kill: a state file's
     entry protects that checkpoint and all newer, as the trial's own entry does; the
-    in-memory one only that checkpoint), and it clones `_trial_state[trial].last_checkpoint`,
-    saved at the trial's last perturbation, possibly many checkpoints ago (kept while PBT
-    holds it). Checkpoints are told apart by trial directory and name (`_checkpoint_key`)."""
+    in-memory one only that checkpoint), and it clones the trial's checkpoint saved at
+    its last perturbation (`compat.pbt_saved_checkpoints`), possibly many checkpoints
+    ago (kept while PBT holds it). Checkpoints are told apart by trial directory and name (`_checkpoint_key`)."""
     from ray.tune import Callback
 
     class CheckpointPruner(Callback):
@@ -243,8 +242,8 @@ def make_checkpoint_pruner(keep: int = KEEP_CHECKPOINTS, scheduler=None):
                 latest = manager.latest_checkpoint_result if manager is not None else None
                 if latest is not None:
                     claimed.add(_checkpoint_key(latest.checkpoint.path))
-            for state in (getattr(self.scheduler, "_trial_state", None) or {}).values():
-                path = getattr(getattr(state, "last_checkpoint", None), "path", None)
+            for saved in compat.pbt_saved_checkpoints(self.scheduler):
+                path = getattr(saved, "path", None)
                 if isinstance(path, str):  # a Checkpoint (a save in flight becomes the newest)
                     claimed.add(_checkpoint_key(path))
             return claimed
@@ -252,14 +251,12 @@ def make_checkpoint_pruner(keep: int = KEEP_CHECKPOINTS, scheduler=None):
         def prune(self, trial, new=None, trials=None) -> List[str]:
             """Prune `trial` (with `new`, the checkpoint being registered, counted as its
             newest; `trials`: all of the experiment's); returns the names deleted."""
-            from ray.train._internal.storage import _delete_fs_path
-
             manager = trial.run_metadata.checkpoint_manager
             if manager is None:
                 return []
             if manager.checkpoint_config.checkpoint_score_attribute is not None:
                 return []  # ordered by score, not time: not this rule
-            results = list(manager._checkpoint_results)
+            results = list(compat.checkpoint_results(manager))
             keys = [_checkpoint_key(r.checkpoint.path) for r in results]
             if new is not None:
                 keys.append(_checkpoint_key(new.path))
@@ -278,12 +275,13 @@ def make_checkpoint_pruner(keep: int = KEEP_CHECKPOINTS, scheduler=None):
             doomed -= self._claimed(list(trials or []) + [trial])
             if not doomed:
                 return []
-            manager._checkpoint_results = [r for r in results if _checkpoint_key(r.checkpoint.path) not in doomed]
+            compat.set_checkpoint_results(
+                manager, [r for r in results if _checkpoint_key(r.checkpoint.path) not in doomed])
             trial.run_metadata.invalidate_cache()
             for r in results:
                 if _checkpoint_key(r.checkpoint.path) in doomed:
                     try:
-                        _delete_fs_path(fs=r.checkpoint.filesystem, fs_path=r.checkpoint.path)
+                        compat.delete_checkpoint_dir(r.checkpoint.filesystem, r.checkpoint.path)
                     except FileNotFoundError:
                         pass  # gone already (an end-of-experiment prune after the state save)
             return sorted(Path(key).name for key in doomed)

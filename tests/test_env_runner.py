@@ -583,16 +583,15 @@ if SHORT_CARTPOLE_ID not in gym.envs.registry:
                  max_episode_steps=9)
 
 
-_SYNC_STATE = ("_autoreset_envs", "_observations", "_rewards", "_terminations", "_truncations")
-
-
-def _assert_same_sync_state(x, y, where):
-    for name in _SYNC_STATE:
-        a, b = getattr(x, name), getattr(y, name)
-        assert a.dtype == b.dtype, (where, name)
-        np.testing.assert_array_equal(a, b, err_msg=f"{where} {name}")
-    for a, b in zip(x._env_obs, y._env_obs):
-        np.testing.assert_array_equal(a, b, err_msg=f"{where} _env_obs")
+def _assert_same_env_state(direct, stock, where):
+    """The direct runner's own autoreset flags are those the stock vector env keeps
+    (gymnasium 1.x's `_autoreset_envs`), and both runners go on from the same
+    observations."""
+    flags = stock._vector_env()._autoreset_envs
+    np.testing.assert_array_equal(direct._lean["needs_reset"], flags, err_msg=f"{where} autoreset")
+    np.testing.assert_array_equal(stock._lean["needs_reset"], flags, err_msg=f"{where} autoreset")
+    assert direct._lean["obs"].dtype == stock._lean["obs"].dtype, where
+    np.testing.assert_array_equal(direct._lean["obs"], stock._lean["obs"], err_msg=f"{where} obs")
 
 
 def _assert_same_direct_episode(x, y, where):
@@ -636,7 +635,7 @@ def test_direct_sync_step_samples_the_same_episodes(env, num_envs, fragment, env
     and truncation, autoresets, episodes across fragments) the same episodes in the same
     order (observations with the lookback, actions, rewards, ends, t_started, logits,
     log-probs, every info with its type), the same episode ids across fragments, the
-    same metrics, and the vector env's state as its own step leaves it."""
+    same metrics, and the autoreset flags the vector env's own step keeps."""
     direct, stock = _direct_and_stock(env, num_envs, fragment, env_config)
     calls = []
     direct_step = direct._direct_step
@@ -652,7 +651,7 @@ def test_direct_sync_step_samples_the_same_episodes(env, num_envs, fragment, env
             ids[x.id_] = y.id_
             ended += x.is_done
             truncated += x.is_truncated
-        _assert_same_sync_state(direct._vector_env(), stock._vector_env(), (env, k))
+        _assert_same_env_state(direct, stock, (env, k))
     assert calls and ended and len(ids) > num_envs  # direct steps; episodes ended, restarted
     if env_config or env == SHORT_CARTPOLE_ID or env == INFO_ENV_ID:
         assert truncated
@@ -672,8 +671,8 @@ def test_direct_sync_step_comparison_catches_a_changed_reward():
     direct_step = direct._direct_step
     count = [0]
 
-    def perturbed(env, b, v, actions, env_infos):
-        direct_step(env, b, v, actions, env_infos)
+    def perturbed(envs, autoreset, b, v, actions, env_infos):
+        direct_step(envs, autoreset, b, v, actions, env_infos)
         count[0] += 1
         if count[0] == 10:
             b["rew"][v, 1] += 1e-3
@@ -687,16 +686,21 @@ def test_direct_sync_step_comparison_catches_a_changed_reward():
 
 
 def test_direct_sync_step_then_the_stock_step_carries_on():
-    """After direct steps the vector env's own `step` carries on as if it had made them:
-    a runner switched to the stock step (and RLlib's own loop on the same env) samples
-    what a runner that always took the stock step samples."""
+    """The direct step leaves the vector env's own state as it was, so a runner switched
+    to the env's own `step` resets the envs first (as RLlib's loop does after lean
+    sampling): it samples what a stock runner reset at the same point samples (the
+    sub-envs' random streams carry on); switched back, the direct step goes on from the
+    stock step's state without a reset."""
     direct, stock = _direct_and_stock(INFO_ENV_ID, 4, 6)
     for k in range(3):
         for j, (x, y) in enumerate(zip(direct.sample(), stock.sample())):
             _assert_same_direct_episode(x, y, ("direct", k, j))
     direct.direct_vector_step = False
     for k in range(3):
-        for j, (x, y) in enumerate(zip(direct.sample(), stock.sample())):
+        a, b = direct.sample(), stock.sample(force_reset=(k == 0))
+        assert len(a) == len(b)
+        for j, (x, y) in enumerate(zip(a, b)):
+            assert x.t_started == 0 or k > 0
             _assert_same_direct_episode(x, y, ("stock after direct", k, j))
     direct.direct_vector_step = True
     for k in range(2):
@@ -756,6 +760,6 @@ def test_direct_sync_step_with_frame_stacking():
             _assert_same_direct_episode(x, y, (k, j))
             actions.update(x.get_actions().tolist())
             ended += x.is_done
-        _assert_same_sync_state(direct._vector_env(), stock._vector_env(), k)
+        _assert_same_env_state(direct, stock, k)
         np.testing.assert_array_equal(direct._lean["stack"], stock._lean["stack"])
     assert ended and len(actions) > 1

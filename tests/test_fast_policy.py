@@ -3,6 +3,8 @@ module's `_forward`, the same actions and log-probs as `torch.distributions.Cate
 under the same seed, the conv kernel chosen only where it agrees, and the runner's
 fallback to the module's own pass for modules it does not know."""
 
+import time
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -38,7 +40,7 @@ def test_plan_gives_the_modules_logits(name, space, model_config, batch, kernel,
     the kernel `nn.Conv2d` runs (oneDNN) and to float rounding with the native one."""
     torch.manual_seed(0)
     module = _module(space, model_config).eval()
-    monkeypatch.setattr(ConvBackends, "_measure", staticmethod(lambda layer, x: kernel))
+    monkeypatch.setattr(ConvBackends, "_rule", staticmethod(lambda layer, x: kernel))
     rng = np.random.default_rng(0)
     for _ in range(3):
         obs = torch.from_numpy(np.asarray(
@@ -77,7 +79,9 @@ def test_conv_kernel_needs_agreement(monkeypatch):
     x = torch.rand(8, 4, 10, 10)
     monkeypatch.setattr(fast_policy, "_native_conv", lambda layer, x: torch.zeros(8, 16, 8, 8))
     assert ConvBackends().choose(0, layer, x) == "onednn"
-    monkeypatch.setattr(fast_policy, "_native_conv_available", lambda: False)
+    monkeypatch.undo()
+    assert ConvBackends().choose(0, layer, x) == "native"
+    monkeypatch.setattr(fast_policy.compat, "has_native_conv2d", lambda: False)
     assert ConvBackends().choose(0, layer, x) == "onednn"
 
 
@@ -91,9 +95,22 @@ def test_a_native_kernel_that_fails_in_any_way_means_onednn(monkeypatch):
     assert ConvBackends().choose(0, nn.Conv2d(4, 16, 3), torch.rand(8, 4, 10, 10)) == "onednn"
 
 
-def test_conv_kernel_is_timed_once_per_layer_and_shape(monkeypatch):
+def test_conv_kernel_is_chosen_by_shape_not_timing(monkeypatch):
+    """The rule: native for a layer of at most NATIVE_CONV_MAX_MACS multiply-adds
+    (MinAtar's conv on 8 or 16 envs), oneDNN above (Atari's Nature CNN); the same answer
+    with the clock stopped, so machine load cannot change a seeded run's logits."""
+    minatar, nature = nn.Conv2d(4, 16, 3), nn.Conv2d(4, 32, 8, 4)
+    assert fast_policy.conv_macs(minatar, torch.rand(8, 4, 10, 10)) == 8 * 8 * 8 * 16 * 4 * 9
+    monkeypatch.setattr(time, "perf_counter", lambda: 0.0)
+    for batch, want in ((8, "native"), (16, "native"), (64, "onednn")):
+        assert ConvBackends().choose(0, minatar, torch.rand(batch, 4, 10, 10)) == want, batch
+    assert ConvBackends().choose(0, nature, torch.rand(16, 4, 84, 84)) == "onednn"
+    assert ConvBackends().choose(0, nature, torch.rand(1, 4, 84, 84)) == "onednn"
+
+
+def test_conv_kernel_is_chosen_once_per_layer_and_shape(monkeypatch):
     calls = []
-    monkeypatch.setattr(ConvBackends, "_measure",
+    monkeypatch.setattr(ConvBackends, "_rule",
                         staticmethod(lambda layer, x: calls.append(tuple(x.shape)) or "native"))
     backends, layer = ConvBackends(), nn.Conv2d(4, 16, 3)
     for _ in range(3):
@@ -160,7 +177,7 @@ def test_lean_runner_samples_as_without_the_plan():
     """The runner with the plan (`fast_policy = True`) and without it
     (`PlainLeanEnvRunner`: the module's forward and Categorical), same seed and weights,
     on MinAtar: the same episodes (observations, actions, rewards, ends), log-probs and
-    logits to float rounding; the plan is used and the native kernel was timed."""
+    logits to float rounding; the plan is used and the native kernel was chosen."""
     from hca_rllib import A2CConfig
     from hca_rllib.env_runner import LeanEnvRunner, PlainLeanEnvRunner
 

@@ -234,6 +234,8 @@ class AtariVectorProtocol(gym.vector.VectorWrapper):
         # The minimal action set's second action is FIRE in every game that has one.
         self.fire_reset = fire_reset and len(meanings) > FIRE and meanings[FIRE].name == "FIRE"
         self.clip_rewards = clip_rewards
+        # The `make_atari_vector` arguments this env was made with (`split` makes more).
+        self.make_kwargs: Dict[str, Any] = {}
         self._lives = np.zeros(n, dtype=np.int64)
         self._score = np.zeros(n)
         self._length = np.zeros(n, dtype=np.int64)
@@ -302,7 +304,7 @@ class AtariVectorProtocol(gym.vector.VectorWrapper):
         consecutive seeds by ``EnvGroups.reset``, the games are the same."""
         if sum(sizes) != self.num_envs:
             raise ValueError(f"the group sizes {sizes} do not add up to num_envs={self.num_envs}")
-        kwargs = dict(self._make_kwargs)
+        kwargs = dict(self.make_kwargs)
         threads = kwargs.pop("num_threads")
         if threads == 0:
             import os
@@ -354,9 +356,9 @@ def make_atari_vector(
         use_fire_reset=p.fire_reset,
     )
     wrapped = AtariVectorProtocol(env, p.terminal_on_life_loss, p.fire_reset, clip_rewards)
-    wrapped._make_kwargs = dict(game=game, protocol=protocol, num_threads=num_threads,
-                                max_episode_frames=max_episode_frames, clip_rewards=clip_rewards,
-                                **protocol_overrides)
+    wrapped.make_kwargs = dict(game=game, protocol=protocol, num_threads=num_threads,
+                               max_episode_frames=max_episode_frames, clip_rewards=clip_rewards,
+                               **protocol_overrides)
     return wrapped
 
 

@@ -191,10 +191,10 @@ def resolve_env(
         raise EnvResolutionError("no environment given: set config.environment('<env id>')")
     if not isinstance(env, str):
         return None
-    from ray.tune.registry import ENV_CREATOR, _global_registry
+    from hca_rllib import compat
 
     family = env_family(env)
-    if family is GYMNASIUM and _global_registry.contains(ENV_CREATOR, env):
+    if family is GYMNASIUM and compat.tune_env_registered(env):
         return None
     register_all()
     _require_module(env, family)
