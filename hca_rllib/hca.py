@@ -785,15 +785,19 @@ def training_module(algo: Algorithm, module_id: str = "default_policy"):
     on); with remote learners, a copy built with the first learner's weights.
     """
     group = algo.learner_group
+
+    def first(results):  # foreach_learner's RemoteCallResults: the first learner's value
+        return next(iter(results)).get()
+
     if group.is_local:
-        return group.foreach_learner(lambda learner: learner.module[module_id].unwrapped())[0].get()
+        return first(group.foreach_learner(lambda learner: learner.module[module_id].unwrapped()))
     from hca_rllib.module import HCATorchRLModule
 
-    state = group.foreach_learner(lambda learner: learner.module[module_id].unwrapped().get_state())[0]
+    state = first(group.foreach_learner(lambda learner: learner.module[module_id].unwrapped().get_state()))
     light = algo.get_module(module_id)
     module = HCATorchRLModule(observation_space=light.observation_space, action_space=light.action_space,
                               inference_only=False, model_config=light.model_config)
-    module.set_state(getattr(state, "get", lambda: state)())
+    module.set_state(state)
     return module
 
 

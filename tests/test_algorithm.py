@@ -10,7 +10,7 @@ import torch
 from ray import tune
 from ray.rllib.algorithms.algorithm import Algorithm
 
-from hca_rllib import A2CConfig, HCAConfig
+from hca_rllib import A2CConfig, HCAConfig, training_module
 from hca_rllib.connectors import LEARNER_PATHS
 from hca_rllib.envs import bandit_exact_posterior, bandit_mutual_information
 
@@ -177,6 +177,11 @@ def test_remote_learners_learn(ray_local):
         sampled = result["num_env_steps_sampled_lifetime"]
         assert abs(float(first["return_encoder.count"]) - sampled) <= 0.01 * sampled, (
             float(first["return_encoder.count"]), sampled)
+        # hca_rllib.training_module: a full copy of the first learner's module.
+        copy = {k: v.detach().cpu().numpy() for k, v in training_module(algo).state_dict().items()}
+        assert copy.keys() == first.keys()
+        for key in first:
+            np.testing.assert_array_equal(copy[key], first[key], err_msg=key)
     finally:
         algo.stop()
 
