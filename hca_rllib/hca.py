@@ -74,7 +74,7 @@ RENAME_REASONS: Dict[str, str] = {
 # The fields `HCAConfig.training()` accepts on top of RLlib's, with their defaults.
 HCA_TRAINING_DEFAULTS: Dict[str, Any] = {
     # Credit estimator (method note, section 2): a2c, hca, c2a2c, mix or expected_hca.
-    # The defaults (credit, trust, classifier) are issue 11's, chosen from the benchmarks
+    # The defaults (credit, trust, classifier) were chosen on the benchmarks
     # (benchmarks/common.DEFAULT_CREDIT; docs/method.md, "Defaults and why").
     "credit": "expected_hca",
     # `bootstrap`: n-step returns bootstrapped with V at fragment ends;
@@ -117,8 +117,8 @@ HCA_TRAINING_DEFAULTS: Dict[str, Any] = {
     # q - pi (1 / alpha for a classifier shrunk toward pi by alpha).
     "trust_max_scale": 4.0,
     # `evidence`: where a calibration scale below 1 goes: `weights` (it shrinks the
-    # expected-HCA weights; measured in issue 11) or `blend` (it lowers the trust, toward
-    # A2C; see docs/results.md, "Issue 11", for why).
+    # expected-HCA weights) or `blend` (it lowers the trust, toward A2C: it keeps the
+    # default no worse than A2C on MinAtar; docs/method.md, "Defaults and why").
     "trust_calibration": "blend",
     # `evidence`: edges (nats, increasing) of the bins of claimed information
     # KL(q || pi) whose evidence is kept apart; each decision takes its bin's trust and
