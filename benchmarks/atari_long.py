@@ -1,4 +1,4 @@
-"""Long Atari runs that survive interruptions (issue 15, item 1).
+"""Long Atari runs that survive interruptions: Pong and Breakout, A2C and the default credit mode.
 
 A fixed list of cells (game, method, seed): Pong and Breakout (classic protocol, the tuned
 examples' settings: `tuned_examples/common.atari_config`), `a2c` and the package's default
@@ -551,7 +551,7 @@ def load_records(out: Path) -> Dict[str, Dict[str, Any]]:
 
 def report(out: Path) -> str:
     records = load_records(out)
-    lines = ["# Atari at a budget (issue 15): long runs", "",
+    lines = ["# Atari at a budget: long runs of A2C and the default credit mode", "",
              "Written by `benchmarks/atari_long.py --report-only` from the compact records here. "
              "A cell trained again from 0 after its run directory was lost (a new machine) keeps "
              "each earlier attempt as `<cell>.attemptN.json`.", "",
