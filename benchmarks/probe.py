@@ -19,6 +19,7 @@ Reproduce (from the repository root; resumable, one JSON per task under --out):
 
     .venv/bin/python benchmarks/probe.py                   # all tasks
     .venv/bin/python benchmarks/probe.py --tasks minatar_Breakout --report-only
+    .venv/bin/python benchmarks/probe.py --quick           # smoke test: two tasks, tiny budgets, a temp dir
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ RESULTS = REPO / "benchmarks" / "results"
 DEFAULT_OUT = RESULTS / "probe"
 MODES = ("hca_batch", "c2a2c", "mix", "expected_hca", "expected_hca_blend_nomem")
 HORIZONS = (1, 16, 64, None)
+# --quick: one known-answer setting and one MinAtar game, at budgets that finish in seconds.
+QUICK_TASKS = ("delayed_effect_L3_sd1", "minatar_Breakout")
+QUICK_BUDGET = {"episodes": 150, "max_steps": 3_000}
+QUICK_FIT = {"max_updates": 40}
 
 
 def tasks() -> Dict[str, Dict[str, Any]]:
@@ -121,15 +126,12 @@ def closed_form(name: str, spec: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     return decision_information(spec["task"], spec["env_config"])
 
 
-def run_task(name: str, spec: Dict[str, Any], out: Path, seed: int) -> Dict[str, Any]:
-    import torch
-
+def run_task(name: str, spec: Dict[str, Any], out: Path, seed: int, torch_threads: int = 1) -> Dict[str, Any]:
     from hca_rllib.probe import probe
 
-    torch.set_num_threads(1)
     started = time.time()
     result = probe(spec["env"], env_config=spec["env_config"] or None, horizons=spec.get("horizons", HORIZONS),
-                   seed=seed, fit=spec.get("fit"), benchmark_summary=None,
+                   seed=seed, fit=spec.get("fit"), benchmark_summary=None, torch_threads=torch_threads,
                    progress=lambda m: print(f"[{name}] {m}", flush=True), **spec["budget"])
     result.pop("split")  # episode id lists: not needed in the summary
     cell = {"task": name, "spec": {k: v for k, v in spec.items() if k != "horizons"}, "probe": result,
@@ -147,8 +149,9 @@ def spearman(x: List[float], y: List[float]) -> Optional[float]:
     return None if rho != rho else float(rho)
 
 
-def summarise(out: Path, names: List[str], command: str) -> Dict[str, Any]:
-    specs = tasks()
+def summarise(out: Path, names: List[str], command: str,
+              specs: Optional[Dict[str, Dict[str, Any]]] = None) -> Dict[str, Any]:
+    specs = specs or tasks()
     rows = []
     for name in names:
         path = out / f"{name}.json"
@@ -255,15 +258,24 @@ def markdown(summary: Dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def quick_spec(spec: Dict[str, Any]) -> Dict[str, Any]:
+    """A task's spec at the quick budgets (its env and horizons unchanged)."""
+    return {**spec, "budget": {**spec["budget"], **QUICK_BUDGET}, "fit": {**(spec.get("fit") or {}), **QUICK_FIT}}
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from common import benchmark_parser, check_out
+
+    parser = benchmark_parser(__doc__.splitlines()[0],
+                              quick_help=f"{', '.join(QUICK_TASKS)} at {QUICK_BUDGET['episodes']} episodes / "
+                                         f"{QUICK_BUDGET['max_steps']:,} steps, into --out or a temp dir")
     parser.add_argument("--tasks", nargs="*", default=None)
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--report-only", action="store_true")
-    parser.add_argument("--time-limit-min", type=float, default=None)
     args = parser.parse_args(argv)
+    check_out(parser, args, default_out=DEFAULT_OUT, results_root=RESULTS, quick_prefix="hca_probe_quick_")
     specs = tasks()
+    if args.quick:
+        specs = {name: quick_spec(specs[name]) for name in QUICK_TASKS}
     names = args.tasks or list(specs)
     unknown = [n for n in names if n not in specs]
     if unknown:
@@ -278,12 +290,13 @@ def main(argv=None) -> int:
                 print("time limit: stopping before", name)
                 break
             try:
-                cell = run_task(name, specs[name], args.out, args.seed)
+                cell = run_task(name, specs[name], args.out, args.seed, args.torch_threads)
             except Exception as error:  # one task's failure (a budget too small) does not stop the rest
                 print(f"{name}: failed: {type(error).__name__}: {error}", flush=True)
                 continue
             print(f"{name}: {cell['probe']['horizons'][-1]['information']:.4f} nats ({cell['wall_s']:.0f} s)", flush=True)
-    summarise(args.out, list(specs), ".venv/bin/python benchmarks/probe.py")
+    summarise(args.out, list(specs), ".venv/bin/python benchmarks/probe.py" + (" --quick" if args.quick else ""),
+              specs)
     print(f"summary: {args.out / 'summary.md'}")
     return 0
 
