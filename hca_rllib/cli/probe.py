@@ -1,5 +1,5 @@
-"""`hca-rllib probe`: measure a task's information I(A; Z | S) before training
-(`hca_rllib.probe`)."""
+"""`hca-rllib probe`: measure what a task's actions tell about an outcome before training,
+`I(A; Z | S)` for the return or `I(A; U | S, k)` for each reward event (`hca_rllib.probe`)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import sys
 
 from hca_rllib.cli.arguments import (SEED, UsageError, float_argument, input_directory_argument, int_argument,
                                      output_directory_argument, parse_overrides)
-from hca_rllib.probe import (DEFAULT_EPISODES, DEFAULT_MAX_STEPS, GAMMA, HELD_OUT_FRACTION, MIN_EPISODES, THRESHOLD,
-                             ProbeError, parse_horizons, probe, write_probe_report)
+from hca_rllib.probe import (DEFAULT_EPISODES, DEFAULT_MAX_STEPS, DEFAULT_WINDOW, GAMMA, HELD_OUT_FRACTION, MIN_EPISODES,
+                             OUTCOMES, THRESHOLD, ProbeError, parse_horizons, probe, write_probe_report)
 
-HELP = "measure I(A; Z | S) of a task before training, and read it against the benchmarks"
+HELP = "measure what a task's actions tell about an outcome (the return, or each reward) before training"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -24,8 +24,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help=f"complete episodes to collect (default {DEFAULT_EPISODES})")
     parser.add_argument("--max-steps", type=int_argument(1), default=DEFAULT_MAX_STEPS,
                         help=f"step budget; collection stops at whichever comes first (default {DEFAULT_MAX_STEPS:,})")
+    parser.add_argument("--outcome", default="return", choices=OUTCOMES,
+                        help="the hindsight outcome: 'return', the K-step return at each of --horizons; 'reward', "
+                             "each reward event within --window steps, beside the --window-step return on the same "
+                             "decisions (default return)")
+    parser.add_argument("--window", type=int_argument(1, 4096), default=DEFAULT_WINDOW,
+                        help=f"--outcome reward: the credit window W in steps, an integer 1-4096 (default "
+                             f"{DEFAULT_WINDOW})")
     parser.add_argument("--horizons", default="1,4,16,64,end",
-                        help="return horizons K, comma-separated; 'end': to the episode's end (default 1,4,16,64,end)")
+                        help="--outcome return: return horizons K, comma-separated integers >= 1; 'end': to the "
+                             "episode's end (default 1,4,16,64,end)")
     parser.add_argument("--gamma", type=float_argument(1e-6, 1.0), default=GAMMA)
     parser.add_argument("--held-out-fraction", type=float_argument(0.01, 0.99), default=HELD_OUT_FRACTION)
     parser.add_argument("--threshold", type=float_argument(0.0), default=THRESHOLD,
@@ -54,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         result = probe(args.env, env_config=env_config, checkpoint=args.checkpoint, episodes=args.episodes,
-                       max_steps=args.max_steps, horizons=horizons, gamma=args.gamma,
+                       max_steps=args.max_steps, horizons=horizons, gamma=args.gamma, outcome=args.outcome,
+                       window=args.window,
                        held_out_fraction=args.held_out_fraction, threshold=args.threshold,
                        num_envs=args.num_envs, seed=args.seed, progress=progress, keep_data=True)
     except ProbeError as error:

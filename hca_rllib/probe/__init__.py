@@ -30,6 +30,14 @@ with the classifier training would use, and reads the result against the benchma
    rows measured by this same probe that lie nearest in information, with their credit
    mode minus A2C (benchmarks/probe.py, `benchmarks/results/probe/summary.json`).
 
+The reward outcome (`outcome="reward"`, `rewards`, `outcomes`) replaces steps 2-5: one
+classifier `h(a | s_t, u_{t+k}, k)` pooled over the lags `k < window`, fitted on every
+(decision, reward event) pair with `r_{t+k} != 0` in one episode (zero rewards add no
+weight to a per-reward credit estimator), and read per pair, per `k`, reward-weighted and
+per decision, beside the `window`-step return's information on the same held-out
+decisions from a classifier of the same class; CIs at 95% and at the Bonferroni level over
+the two outcomes.
+
 `probe()` is the Python entry (notebooks, Tune); `write_probe_report` (`report`) writes
 `probe.md`, `probe.json` and the plots. The settings are one `ProbeSettings`.
 """
@@ -42,9 +50,11 @@ from typing import Any, Callable, Dict, Optional
 
 from hca_rllib.probe.classifier import build_classifier, fit_classifier
 from hca_rllib.probe.information import episode_end_information
-from hca_rllib.probe.reading import BENCHMARK_SUMMARY, LEVELS, information_level, load_benchmark_rows, reading
+from hca_rllib.probe.reading import (BENCHMARK_SUMMARY, LEVELS, information_level, load_benchmark_rows, reading,
+                                     reward_reading)
 from hca_rllib.probe.report import markdown, write_probe_report
 from hca_rllib.probe.returns import return_outcome
+from hca_rllib.probe.rewards import reward_outcome
 from hca_rllib.probe.rollouts import collect_rollouts, policy_record, split_episodes, split_rows
 from hca_rllib.probe.settings import (DEFAULT_EPISODES, DEFAULT_HORIZONS, DEFAULT_MAX_STEPS, DEFAULT_WINDOW, FIT,
                                   GAMMA, HELD_OUT_FRACTION, MIN_EPISODES, OUTCOMES, THRESHOLD,
@@ -98,8 +108,6 @@ def probe(env: Optional[str], settings: Optional[ProbeSettings] = None, *, env_c
 def run_probe(target: ProbeTarget, settings: ProbeSettings, *, benchmark_summary=BENCHMARK_SUMMARY,
               progress: Optional[Callable[[str], None]] = None, keep_data: bool = False) -> Dict[str, Any]:
     """Collect, split, measure the outcome and read it: `probe()` after its checks."""
-    if settings.outcome != "return":
-        raise ProbeError(f"outcome {settings.outcome!r}: this version measures the return outcome only")
     say = progress or (lambda message: None)
     started = time.time()
     data = collect(target, settings, say)
@@ -108,8 +116,12 @@ def run_probe(target: ProbeTarget, settings: ProbeSettings, *, benchmark_summary
     say(f"{len(set(data['episode_ids'].tolist())):,} episodes, {len(data['episode_ids']):,} decisions: fit "
         f"{len(split['fit_ids'])}, validation {len(split['validation_ids'])}, held out "
         f"{len(split['held_out_ids'])} episodes")
-    result, pointwise = return_outcome(target, settings, data, split, say, started, collect_s)
-    result["reading"] = reading(result, load_benchmark_rows(benchmark_summary))
+    if settings.outcome == "reward":
+        result, pointwise = reward_outcome(target, settings, data, split, say, collect_s)
+        result["reading"] = reward_reading(result)
+    else:
+        result, pointwise = return_outcome(target, settings, data, split, say, collect_s)
+        result["reading"] = reading(result, load_benchmark_rows(benchmark_summary))
     result["seconds"]["total"] = time.time() - started
     if keep_data:
         result["data"] = {**data, "held_out_rows": split["held_out"], "fit_rows": split["fit"],

@@ -153,3 +153,54 @@ def reading(result: Dict[str, Any], rows: Sequence[Dict[str, Any]]) -> Dict[str,
         text.append("No benchmark rows found (benchmarks/results/probe/summary.json): no comparison.")
     out["text"] = text
     return out
+
+
+def _detected(figure: Optional[Dict[str, Any]]) -> bool:
+    """Whether a figure's Bonferroni CI excludes 0 from above."""
+    return figure is not None and figure["ci_bonferroni"][0] > 0.0
+
+
+def _figure(figure: Dict[str, Any], unit: str) -> str:
+    lo, hi = figure["ci"]
+    blo, bhi = figure["ci_bonferroni"]
+    return f"{figure['information']:+.4f} nats {unit} [95% CI {lo:+.4f}, {hi:+.4f}; Bonferroni {blo:+.4f}, {bhi:+.4f}]"
+
+
+def reward_reading(result: Dict[str, Any]) -> Dict[str, Any]:
+    """The reward outcome's reading, by fixed rules: each outcome is detected when its
+    Bonferroni CI (over the outcomes tried) excludes 0; the reward outcome by its mean per
+    pair, the return by its mean per decision."""
+    window, ret, reward = result["window"], result["return"], result.get("reward")
+    text = [f"Return over {window} steps: {_figure(ret['per_decision'], 'per decision')}."]
+    out: Dict[str, Any] = {"return_detected": _detected(ret["per_decision"]), "reward_detected": False, "text": text}
+    if reward is None:
+        text.append(f"Reward outcome: no (decision, reward event) pair within {window} steps in the fit or held-out "
+                    "episodes: nothing to measure (more steps, or a longer window).")
+        return out
+    out["reward_detected"] = _detected(reward["per_pair"])
+    text.append(f"Reward outcome (each reward event r != 0 within {window} steps): "
+                f"{_figure(reward['per_pair'], 'per (decision, reward event) pair')}; "
+                f"{_figure(reward['per_decision'], 'per decision')}; reward-weighted "
+                f"{reward['reward_weighted']['information']:+.4f}.")
+    delayed = reward.get("per_pair_delayed")
+    if delayed is not None:
+        out["delayed_detected"] = _detected(delayed)
+        text.append(f"Delayed rewards only (k >= 1, the terms a per-reward credit estimator takes from h): "
+                    f"{_figure(delayed, 'per pair')}.")
+    d = result["reward_minus_return"]
+    text.append(f"Reward minus return, per decision, paired on the same held-out decisions: {d['information']:+.4f} "
+                f"[{d['ci'][0]:+.4f}, {d['ci'][1]:+.4f}].")
+    if out["reward_detected"] and not out["return_detected"]:
+        text.append("The reward outcome finds information the return does not show: a per-reward credit mode has "
+                    "something to work with here that the return's classifier misses.")
+    elif out["reward_detected"]:
+        text.append("Both outcomes carry information; compare their per-decision figures.")
+    elif out["return_detected"]:
+        text.append("The return carries information the reward outcome does not show at this budget.")
+    else:
+        text.append("Neither outcome carries information detectable at this budget (a lower bound: more data or a "
+                    "better classifier may find some; compare with the probe's detection floor).")
+    if not reward["fit"]["improved"]:
+        text.append("The reward outcome's classifier never beat its initial state (h = pi) on the validation pairs: "
+                    "a lower bound of 0 by construction, not a measured 0.")
+    return out

@@ -155,10 +155,49 @@ def markdown(result: Dict[str, Any]) -> str:
                      + _end_section(result.get("episode_end")) + _where_section(result))
 
 
+def _figure_row(name: str, figure: Optional[Dict[str, Any]], unit: str) -> str:
+    if figure is None:
+        return f"| {name} | n/a | n/a | n/a | 0 |"
+    return (f"| {name} | {fmt(figure['information'])} | [{fmt(figure['ci'][0])}, {fmt(figure['ci'][1])}] | "
+            f"[{fmt(figure['ci_bonferroni'][0])}, {fmt(figure['ci_bonferroni'][1])}] | {figure['n']:,} {unit} |")
+
+
+def reward_markdown(r: Dict[str, Any]) -> str:
+    """The reward outcome's report: the figures beside the return's, then per k."""
+    lines = _header(r) + ["## Reading", ""] + [f"- {t}" for t in r["reading"]["text"]]
+    p, reward, window = r["pairs"], r.get("reward"), r["window"]
+    lines += ["", f"## The reward outcome beside the {window}-step return", "", r["bound"] + ".", "",
+              f"Pairs (decision t, reward event t + k, r != 0, 0 <= k < {window}, one episode): {p['total']:,} in all, "
+              f"{p['held_out']:,} held out ({p['held_out_per_decision']:.2f} per held-out decision).", "",
+              f"| figure | nats | 95% CI | {100 * r['levels']['ci_bonferroni']:g}% CI (Bonferroni) | over |",
+              "|---|---:|---|---|---:|",
+              _figure_row(f"return over {window} steps, per decision", r["return"]["per_decision"], "decisions")]
+    if reward is not None:
+        lines += [_figure_row("reward outcome, per decision", reward["per_decision"], "decisions"),
+                  _figure_row("reward outcome, per decision, k >= 1", reward["per_decision_delayed"], "decisions"),
+                  _figure_row("reward outcome, per pair", reward["per_pair"], "pairs"),
+                  _figure_row("reward outcome, per pair, k >= 1", reward["per_pair_delayed"], "pairs"),
+                  _figure_row("reward outcome, reward-weighted (gamma^k abs(r))", reward["reward_weighted"], "pairs"),
+                  _figure_row("reward minus return, per decision", r["reward_minus_return"], "decisions"),
+                  "", f"Fits: reward outcome {reward['fit']['epochs']} epochs, {reward['fit']['updates']} updates, "
+                  f"{fmt(reward['fit']['information_on_fit_rows'])} nats per pair on its fit pairs; return "
+                  f"{r['return']['fit']['epochs']} epochs, {fmt(r['return']['fit']['information_on_fit_rows'])} "
+                  "on its fit decisions.", "", "Per k (mean per pair [95% CI]):", "",
+                  "| k | pairs | information |", "|---:|---:|---|"]
+        lines += [f"| {row['k']} | {row['pairs']:,} | {ci_text(row['information'], row['ci'])} |"
+                  for row in reward["per_k"]]
+    return "\n".join(lines + [""])
+
+
 def write_probe_report(result: Dict[str, Any], out) -> Path:
     """`probe.md`, `probe.json` and the plots into directory `out`; returns probe.md's path."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    if result.get("outcome") == "reward":
+        serialisable = {k: v for k, v in result.items() if k != "data"}
+        (out / "probe.json").write_text(json.dumps(serialisable, indent=1))
+        (out / "probe.md").write_text(reward_markdown(serialisable))
+        return out / "probe.md"
     data = result.get("data")
     files = _plots(result, None if data is None else data["pointwise"], out)
     serialisable = {k: v for k, v in result.items() if k != "data"}

@@ -3,7 +3,6 @@ read on the held-out ones, with the peak horizon's whereabouts and the episode's
 
 from __future__ import annotations
 
-import time
 from typing import Any, Callable, Dict, List, Tuple
 
 import numpy as np
@@ -79,7 +78,7 @@ def describe_run(target: ProbeTarget, settings: ProbeSettings, data: Dict[str, A
 
 
 def return_outcome(target: ProbeTarget, settings: ProbeSettings, data: Dict[str, Any],
-                   split: Dict[str, np.ndarray], say: Callable[[str], None], started: float,
+                   split: Dict[str, np.ndarray], say: Callable[[str], None],
                    collect_s: float) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
     """The return outcome's result (without its reading) and the held-out pointwise values."""
     per_horizon, pointwise = measure_horizons(target, settings, data, split, say)
