@@ -18,6 +18,7 @@ from hca_rllib import A2CConfig, HCAConfig
 from hca_rllib.hca import default_paths
 from hca_rllib.env_runner import (DEFAULT_SAMPLER, LeanEnvRunner, PreviousChunks,
                                   StockStepLeanEnvRunner)
+from hca_rllib.lean_sampler import vector_step
 from hca_rllib.module import HCATorchRLModule
 
 
@@ -214,8 +215,7 @@ def test_running_episode_memory_stays_bounded():
         assert len(chunks) == 2 and all(c.t_started == 10 * k for c in chunks)
         for chunk in chunks:
             assert len(chunk.observations.data) <= 10 + 1 + lookback
-        carried = sum(len(c["actions"]) for c in lean._lean["carry"] if c is not None)
-        assert carried <= 2 * lookback
+        assert lean.held_steps() <= 2 * lookback
     kept_by_rllib = sum(len(v) for v in rllib._ongoing_episodes_for_metrics.values())
     assert kept_by_rllib == 2 * 40  # what the lean runner does not keep
 
@@ -384,16 +384,6 @@ def test_num_episodes_and_random_actions_run_rllibs_loop_then_lean_resumes():
     assert runner.get_metrics()["num_episodes_lifetime"].peek() >= 3
 
 
-# ------------------------------------------------------------------ sampler_overlap
-
-OVERLAP_ENVS = [
-    ("CartPole-v1", 4, 16),
-    ("minatar/Breakout", 5, 8),  # groups of 3 and 2 envs
-    # Frame stacking, two C++ vector envs; life losses end episodes (~100 s under load).
-    pytest.param("atari/Breakout", 4, 24, marks=pytest.mark.slow),
-]
-
-
 def _same_episode(x, y, where):
     assert (x.t_started, x.t, x.is_terminated, x.is_truncated) == (
         y.t_started, y.t, y.is_terminated, y.is_truncated), where
@@ -407,75 +397,6 @@ def _same_episode(x, y, where):
     assert x.get_infos(-1) == y.get_infos(-1), where
 
 
-@pytest.mark.parametrize("env, num_envs, fragment", OVERLAP_ENVS)
-def test_overlap_samples_the_same_episodes(env, num_envs, fragment):
-    """`sampler_overlap=True` (two groups of envs, one stepping while the policy runs on
-    the other's observations) against the lean loop without it: envs seeded alike, a
-    policy whose action is certain; over 4 fragments the same episodes in the same
-    order (observations with the lookback, actions, rewards, ends, logits, log-probs,
-    the info at the end), the same episode ids across fragments, the same metrics."""
-    if env.startswith("atari/"):
-        pytest.importorskip("ale_py")
-    from hca_rllib.envs.groups import EnvGroups
-
-    config = _config(env, num_envs, fragment, CertainActionModule)
-    plain = _runner(config, "lean")
-    overlap = _runner(copy.deepcopy(config).env_runners(sampler_overlap=True), "lean")
-    assert not isinstance(plain._vector_env(), EnvGroups)
-    groups = overlap._vector_env()
-    assert isinstance(groups, EnvGroups) and groups.sizes == [-(-num_envs // 2), num_envs // 2]
-    overlap.module.set_state(plain.module.get_state())
-    ids, ended = {}, 0
-    for k in range(4):
-        eps_plain, eps_overlap = plain.sample(), overlap.sample()
-        assert len(eps_plain) == len(eps_overlap), k
-        for j, (x, y) in enumerate(zip(eps_plain, eps_overlap)):
-            _same_episode(x, y, (env, k, j))
-            if x.t_started > 0:
-                assert ids[x.id_] == y.id_
-            ids[x.id_] = y.id_
-            ended += x.is_done
-    assert ended and len(ids) > num_envs  # episodes ended and restarted
-    m_plain, m_overlap = plain.get_metrics(), overlap.get_metrics()
-    for key in ("num_env_steps_sampled_lifetime", "num_episodes_lifetime", "episode_len_mean",
-                "episode_return_mean"):
-        if key in m_plain:
-            assert m_overlap[key].peek() == pytest.approx(m_plain[key].peek()), key
-
-
-def test_overlap_sampled_action_frequencies_match_the_policy():
-    """With `sampler_overlap`, each group's actions are sampled from the policy's
-    distribution on that group's observations: the chi-square test of
-    `test_sampled_action_frequencies_match_the_policy`, and exact log-probs."""
-    config = _config("minatar/Breakout", 8, 64, FixedProbsModule).env_runners(sampler_overlap=True)
-    runner = _runner(config, "lean")
-    _assert_action_frequencies(runner)
-
-
-def test_overlap_runs_rllibs_loop_for_episodes_and_random_actions():
-    """`sample(num_episodes=...)` and `random_actions=True` go to RLlib's loop, which
-    steps the split env as one vector env (EnvGroups.step): whole episodes come back."""
-    runner = _runner(_config("CartPole-v1", 4, 8).env_runners(sampler_overlap=True), "lean")
-    episodes = runner.sample(num_episodes=3)
-    assert len(episodes) >= 3 and all(e.is_done for e in episodes)
-    assert runner.sample(num_timesteps=16, random_actions=True)
-    assert sum(len(e) for e in runner.sample()) == 32  # and the lean loop again
-
-
-@pytest.mark.parametrize("settings, message", [
-    (dict(sampler="rllib", sampler_overlap=True),
-     "sampler_overlap=True needs sampler='lean', got sampler='rllib'"),
-    (dict(sampler="lean", sampler_overlap=True, num_envs_per_env_runner=1),
-     "sampler_overlap=True needs num_envs_per_env_runner >= 2 (two groups of envs), got 1"),
-    (dict(sampler_overlap="yes"), "sampler_overlap must be True or False, got 'yes'"),
-])
-def test_bad_sampler_overlap_is_a_one_line_error(settings, message):
-    config = A2CConfig().environment("CartPole-v1").env_runners(**settings)
-    with pytest.raises(ValueError) as error:
-        config.validate()
-    assert str(error.value).splitlines()[0] == message
-
-
 def test_lean_carry_holds_at_most_the_lookback_while_the_episode_grows():
     """One episode that never ends, 2 envs, 25 fragments of 7 steps, lookback 5: between
     fragments each env's carried state is exactly the last min(5, t) steps of the chunk
@@ -486,10 +407,10 @@ def test_lean_carry_holds_at_most_the_lookback_while_the_episode_grows():
     assert runner._lookback == lookback
     for k in range(25):
         chunks = runner.sample()
-        state = runner._lean
-        assert list(state["t"]) == [fragment * (k + 1)] * 2
+        episodes = runner._lean["episodes"]
+        assert list(episodes.t) == [fragment * (k + 1)] * 2
         assert sorted(c.t for c in chunks) == [fragment * (k + 1)] * 2
-        for chunk, carry in zip(sorted(chunks, key=lambda c: state["ids"].index(c.id_)), state["carry"]):
+        for chunk, carry in zip(sorted(chunks, key=lambda c: episodes.ids.index(c.id_)), episodes.carry):
             assert chunk.t_started == fragment * k and len(chunk) == fragment
             m = min(lookback, fragment * (k + 1))
             assert {key: len(value) for key, value in carry.items()} == {key: m for key in carry}
@@ -587,7 +508,7 @@ def _assert_same_env_state(direct, stock, where):
     """The direct runner's own autoreset flags are those the stock vector env keeps
     (gymnasium 1.x's `_autoreset_envs`), and both runners go on from the same
     observations."""
-    flags = stock._vector_env()._autoreset_envs
+    flags = stock.env.env._autoreset_envs
     np.testing.assert_array_equal(direct._lean["needs_reset"], flags, err_msg=f"{where} autoreset")
     np.testing.assert_array_equal(stock._lean["needs_reset"], flags, err_msg=f"{where} autoreset")
     assert direct._lean["obs"].dtype == stock._lean["obs"].dtype, where
@@ -613,9 +534,8 @@ def _direct_and_stock(env, num_envs, fragment, env_config=None):
     config.validate()
     direct, stock = LeanEnvRunner(config=config), StockStepLeanEnvRunner(config=config)
     stock.module.set_state(direct.module.get_state())
-    vec = direct._vector_env()
-    assert type(vec) is SyncVectorEnv and direct._direct_ok(vec)
-    assert not stock._direct_ok(stock._vector_env())
+    assert type(direct.env.env) is SyncVectorEnv and direct.steps_sub_envs()
+    assert not stock.steps_sub_envs()
     return direct, stock
 
 
@@ -629,7 +549,7 @@ DIRECT_ENVS = [  # the fast tier runs the first and the typed-info env; the full
 
 
 @pytest.mark.parametrize("env, num_envs, fragment, env_config", DIRECT_ENVS)
-def test_direct_sync_step_samples_the_same_episodes(env, num_envs, fragment, env_config):
+def test_direct_sync_step_samples_the_same_episodes(env, num_envs, fragment, env_config, monkeypatch):
     """The direct `SyncVectorEnv` step against the env's own `step`: envs seeded alike, a
     policy whose action is certain; over 6 fragments (episodes that end by termination
     and truncation, autoresets, episodes across fragments) the same episodes in the same
@@ -638,8 +558,8 @@ def test_direct_sync_step_samples_the_same_episodes(env, num_envs, fragment, env
     same metrics, and the autoreset flags the vector env's own step keeps."""
     direct, stock = _direct_and_stock(env, num_envs, fragment, env_config)
     calls = []
-    direct_step = direct._direct_step
-    direct._direct_step = lambda *a: (calls.append(1), direct_step(*a))[1]
+    direct_step = vector_step.step_sub_envs
+    monkeypatch.setattr(vector_step, "step_sub_envs", lambda *a: (calls.append(1), direct_step(*a))[1])
     ids, ended, truncated = {}, 0, 0
     for k in range(6):
         eps_direct, eps_stock = direct.sample(), stock.sample()
@@ -664,20 +584,20 @@ def test_direct_sync_step_samples_the_same_episodes(env, num_envs, fragment, env
             assert m_direct[key].peek() == pytest.approx(m_stock[key].peek()), key
 
 
-def test_direct_sync_step_comparison_catches_a_changed_reward():
+def test_direct_sync_step_comparison_catches_a_changed_reward(monkeypatch):
     """The comparison above can fail: one reward perturbed in the direct path's buffer
     (a step that ends no episode) makes an episode differ."""
     direct, stock = _direct_and_stock(INFO_ENV_ID, 3, 7)
-    direct_step = direct._direct_step
+    direct_step = vector_step.step_sub_envs
     count = [0]
 
     def perturbed(envs, autoreset, b, v, actions, env_infos):
         direct_step(envs, autoreset, b, v, actions, env_infos)
         count[0] += 1
         if count[0] == 10:
-            b["rew"][v, 1] += 1e-3
+            b.rew[v, 1] += 1e-3
 
-    direct._direct_step = perturbed
+    monkeypatch.setattr(vector_step, "step_sub_envs", perturbed)
     with pytest.raises(AssertionError):
         for k in range(4):
             for j, (x, y) in enumerate(zip(direct.sample(), stock.sample())):
@@ -751,7 +671,7 @@ def test_direct_sync_step_with_frame_stacking():
     config.validate()
     direct, stock = LeanEnvRunner(config=config), StockStepLeanEnvRunner(config=config)
     stock.module.set_state(direct.module.get_state())
-    assert direct._num_frames == 3 and direct._direct_ok(direct._vector_env())
+    assert direct._observations.num_frames == 3 and direct.steps_sub_envs()
     actions, ended = set(), 0
     for k in range(5):
         eps_direct, eps_stock = direct.sample(), stock.sample()

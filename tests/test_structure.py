@@ -158,6 +158,7 @@ BASE_CLASS_PROTECTED = {
     "_metrics_num_env_steps_sampled": "SingleAgentEnvRunner's step counter for the metric above",
     "_weights_seq_no": "SingleAgentEnvRunner's weights version, stored per step as its _sample does",
     "_log_episode_metrics": "SingleAgentEnvRunner's episode metrics, under RLlib's keys",
+    "_callbacks": "SingleAgentEnvRunner's callback objects, handed to make_callback as its own _sample does",
     # TorchLearner (HCATorchLearner), as PPOTorchLearner uses them
     "_module": "Learner's MultiRLModule",
     "_learner_connector": "Learner's connector pipeline; build() appends pieces as PPOLearner.build does",
