@@ -971,6 +971,28 @@ def training_iterations(algo, stop_timesteps: int, start: Optional[Dict[str, Any
         yield result, line, rate
 
 
+class CheckpointSchedule:
+    """When the training loop checkpoints: after every `every` iterations (0: never by
+    count), and, with `every_s`, after an iteration that ends `every_s` seconds or more
+    after the last checkpoint (or the start). `clock` is for tests."""
+
+    def __init__(self, every: int, every_s: Optional[float], iteration: int,
+                 clock: Callable[[], float] = time.monotonic):
+        self.every, self.every_s, self.clock = every, every_s, clock
+        # The iteration of the last checkpoint (the start's: the one resumed from) and when.
+        self.last_iteration, self.saved_at = iteration, clock()
+
+    def due(self, iteration: int) -> bool:
+        """Whether the iteration that just ended is checkpointed."""
+        due = self.every > 0 and iteration % self.every == 0
+        if self.every_s is not None and self.clock() - self.saved_at >= self.every_s:
+            due = True
+        return due
+
+    def saved(self, iteration: int) -> None:
+        self.last_iteration, self.saved_at = iteration, self.clock()
+
+
 def run_training(
     config,
     run_dir: Path,
@@ -1007,6 +1029,46 @@ def run_training(
     budget; its last checkpoint is then that iteration's, as at the budget's end (the
     returned line is then short of `stop_timesteps`).
     """
+    _set_torch_threads(torch_threads)
+    run_dir = user_path(run_dir)
+    made_run_dir = _make_run_dir(run_dir)
+    info = _run_info(run_dir, run_info, resume, stop_timesteps)
+    mode = wandb_mode(wandb)
+    # Before Ray starts: a checkpoint that does not fit is named at once.
+    checkpoint = _checkpoint_to_resume(run_dir, config, warn) if resume else None
+    _init_ray_for(run_dir, made_run_dir, address)
+    algo = config.build_algo()
+    loggers: List[Any] = []
+    display: Optional[Progress] = None
+    disk_failed = False
+    try:
+        kept = _restore_or_start(algo, config, run_dir, checkpoint, resume)
+        _write_run_files(run_dir, kept, info)
+        purge = kept[-1]["env_steps"] + 1 if (checkpoint is not None and kept) else None
+        _open_loggers(loggers, run_dir, config, info, tensorboard=tensorboard, purge_step=purge,
+                      wandb_mode=mode, wandb_project=wandb_project)
+        display = Progress(stop_timesteps, every_s=progress_every) if progress else None
+
+        def save(line: Dict[str, Any]) -> None:
+            save_checkpoint(algo, run_dir, line["iteration"], line["env_steps"], keep_checkpoints, warn)
+
+        line = kept[-1] if kept else {"env_steps": 0, "iteration": 0}
+        schedule = CheckpointSchedule(checkpoint_every, checkpoint_every_s, line["iteration"])
+        line = _train_and_record(algo, run_dir / "results.jsonl", stop_timesteps, line, loggers, display,
+                                 schedule, save, stop_when)
+        if display:
+            display.close()
+        if line["iteration"] != schedule.last_iteration or not checkpoints_newest_first(run_dir):
+            save(line)
+        return line
+    except DiskWriteError:
+        disk_failed = True  # the one line says it all: loggers close quietly below
+        raise
+    finally:
+        _close_run(display, loggers, algo, warn, quiet=disk_failed)
+
+
+def _set_torch_threads(torch_threads: Optional[int]) -> None:
     if torch_threads:
         # The driver holds the local EnvRunner and learner; Ray's own workers run torch
         # with one thread (OMP_NUM_THREADS=1). More threads here fight the EnvRunners
@@ -1014,105 +1076,137 @@ def run_training(
         import torch
 
         torch.set_num_threads(torch_threads)
-    run_dir = user_path(run_dir)
-    made_run_dir = not run_dir.exists()
+
+
+def _make_run_dir(run_dir: Path) -> bool:
+    """Create `run_dir` (and its parents); whether it was made here."""
+    made = not run_dir.exists()
     with writing("creating the run directory", run_dir):
         run_dir.mkdir(parents=True, exist_ok=True)
-    results_path = run_dir / "results.jsonl"
+    return made
+
+
+def _init_ray_for(run_dir: Path, made_run_dir: bool, address: Optional[str]) -> None:
+    """`init_ray(address)`; when it fails, a run directory made for this run is removed
+    again (no half-made run directory for the next try to trip over)."""
+    try:
+        init_ray(address)
+    except BaseException:
+        if made_run_dir:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+
+
+def _run_info(run_dir: Path, run_info: Dict[str, Any], resume: bool, stop_timesteps: int) -> Dict[str, Any]:
+    """What run.json will hold: `run_info`, or on a resume the stored one (with the new
+    budget)."""
     run_json = run_dir / "run.json"
     info = dict(run_info)
     if resume and run_json.exists():
         info = {**read_run_json(run_json), **{k: v for k, v in run_info.items() if k == "stop_timesteps"}}
     info["stop_timesteps"] = stop_timesteps
-    mode = wandb_mode(wandb)
+    return info
 
-    checkpoint = None
-    if resume:  # before Ray starts: a checkpoint that does not fit is named at once
-        checkpoint = newest_valid_checkpoint(run_dir, warn)
-        if checkpoint is None:
-            warn(f"no valid checkpoint in {str(run_dir)!r}: starting from scratch")
-        else:
-            check_checkpoint_fits(checkpoint, config)
-    try:
-        init_ray(address)
-    except BaseException:
-        if made_run_dir:  # no half-made run directory for the next try to trip over
-            shutil.rmtree(run_dir, ignore_errors=True)
-        raise
-    algo = config.build_algo()
-    loggers: List[Any] = []
-    display: Optional[Progress] = None
-    disk_failed = False
-    try:
-        if resume:
-            remove_partial_checkpoints(run_dir)
-        if checkpoint is not None:
-            restore_algorithm(algo, checkpoint)
-            restore_rng_state(checkpoint)
-            meta = verify_checkpoint(checkpoint, require_meta=True)
-            kept = [line for line in read_results(results_path) if line["iteration"] <= meta["iteration"]]
-            print(f"resuming from {checkpoint} (iteration {meta['iteration']}, "
-                  f"{meta['env_steps']:,} env steps)", flush=True)
-        else:
-            kept = []
-            with writing("config.json write", run_dir / "config.json"):
-                write_file(run_dir / "config.json", json.dumps(flat_config(config), indent=1).encode())
-        # Rewrite results.jsonl with the lines the checkpoint covers (atomically).
-        with writing("results write", results_path):
-            write_file(results_path, "".join(json.dumps(line) + "\n" for line in kept).encode())
-        with writing("run.json write", run_json):
-            write_file(run_json, json.dumps(info, indent=1, default=repr).encode())
 
-        if tensorboard:
-            purge = kept[-1]["env_steps"] + 1 if (checkpoint is not None and kept) else None
-            loggers.append(TensorBoardLogger(run_dir / "tensorboard", purge_step=purge))
-        if mode is not None:
-            group = f"{info.get('env')}:{info.get('credit')}"
-            name = f"{info.get('env')}:{info.get('credit')}:seed{info.get('seed')}"
-            wandb_logger = WandbLogger(run_dir / "wandb", mode, wandb_project, group, name,
-                                       {**flat_config(config), "run": info}, resume_id=info.get("wandb_id"))
-            if info.get("wandb_id") != wandb_logger.id:
-                info["wandb_id"] = wandb_logger.id
-                with writing("run.json write", run_json):
-                    write_file(run_json, json.dumps(info, indent=1, default=repr).encode())
-            loggers.append(wandb_logger)
-        display = Progress(stop_timesteps, every_s=progress_every) if progress else None
+def _checkpoint_to_resume(run_dir: Path, config, warn: Callable[[str], None]) -> Optional[Path]:
+    """The newest valid checkpoint of `run_dir`, checked to fit `config`; None (with a
+    warning): start from scratch."""
+    checkpoint = newest_valid_checkpoint(run_dir, warn)
+    if checkpoint is None:
+        warn(f"no valid checkpoint in {str(run_dir)!r}: starting from scratch")
+    else:
+        check_checkpoint_fits(checkpoint, config)
+    return checkpoint
 
-        line = kept[-1] if kept else {"env_steps": 0, "iteration": 0}
-        last_saved, saved_at = line["iteration"], time.monotonic()
-        with ResultsFile(results_path) as results:
-            for _, line, rate in training_iterations(algo, stop_timesteps, start=line):
-                results.append(line)
-                for log in loggers:
-                    log.log(line)
-                if display:
-                    display.show(line, rate)
-                due = checkpoint_every > 0 and line["iteration"] % checkpoint_every == 0
-                if checkpoint_every_s is not None and time.monotonic() - saved_at >= checkpoint_every_s:
-                    due = True
-                if due:
-                    save_checkpoint(algo, run_dir, line["iteration"], line["env_steps"], keep_checkpoints, warn)
-                    last_saved, saved_at = line["iteration"], time.monotonic()
-                if stop_when is not None and stop_when(line):
-                    break
-        if display:
-            display.close()
-        if line["iteration"] != last_saved or not checkpoints_newest_first(run_dir):
-            save_checkpoint(algo, run_dir, line["iteration"], line["env_steps"], keep_checkpoints, warn)
-        return line
-    except DiskWriteError:
-        disk_failed = True  # the one line says it all: loggers close quietly below
-        raise
-    finally:
-        if display:  # also on Ctrl-C or an error: end the bar's line, show a held-back line
-            display.close()
-        for log in loggers:
-            try:
-                log.close()
-            except Exception as error:  # a logger must not hide the run's own outcome
-                if not disk_failed:
-                    warn(f"closing {type(log).__name__} failed: {error}")
+
+def _restore_or_start(algo, config, run_dir: Path, checkpoint: Optional[Path], resume: bool
+                      ) -> List[Dict[str, Any]]:
+    """Restore `algo` (and the driver's RNG) from `checkpoint`, or write config.json for a
+    fresh start; returns the results lines the run keeps (those the checkpoint covers)."""
+    if resume:
+        remove_partial_checkpoints(run_dir)
+    if checkpoint is None:
+        with writing("config.json write", run_dir / "config.json"):
+            write_file(run_dir / "config.json", json.dumps(flat_config(config), indent=1).encode())
+        return []
+    restore_algorithm(algo, checkpoint)
+    restore_rng_state(checkpoint)
+    meta = verify_checkpoint(checkpoint, require_meta=True)
+    kept = [line for line in read_results(run_dir / "results.jsonl") if line["iteration"] <= meta["iteration"]]
+    print(f"resuming from {checkpoint} (iteration {meta['iteration']}, "
+          f"{meta['env_steps']:,} env steps)", flush=True)
+    return kept
+
+
+def _write_run_files(run_dir: Path, kept: List[Dict[str, Any]], info: Dict[str, Any]) -> None:
+    """results.jsonl cut back to the `kept` lines, and run.json (each atomically)."""
+    results_path = run_dir / "results.jsonl"
+    with writing("results write", results_path):
+        write_file(results_path, "".join(json.dumps(line) + "\n" for line in kept).encode())
+    _write_run_json(run_dir, info)
+
+
+def _write_run_json(run_dir: Path, info: Dict[str, Any]) -> None:
+    run_json = run_dir / "run.json"
+    with writing("run.json write", run_json):
+        write_file(run_json, json.dumps(info, indent=1, default=repr).encode())
+
+
+def _open_loggers(loggers: List[Any], run_dir: Path, config, info: Dict[str, Any], *, tensorboard: bool,
+                  purge_step: Optional[int], wandb_mode: Optional[str], wandb_project: str) -> None:
+    """Append to `loggers` the run's TensorBoard and W&B loggers, one at a time (those
+    opened before a failure are in the list, for the caller to close). A new W&B run id
+    goes into run.json (`info`), so a resume continues that W&B run."""
+    if tensorboard:
+        loggers.append(TensorBoardLogger(run_dir / "tensorboard", purge_step=purge_step))
+    if wandb_mode is not None:
+        group = f"{info.get('env')}:{info.get('credit')}"
+        name = f"{info.get('env')}:{info.get('credit')}:seed{info.get('seed')}"
+        wandb_logger = WandbLogger(run_dir / "wandb", wandb_mode, wandb_project, group, name,
+                                   {**flat_config(config), "run": info}, resume_id=info.get("wandb_id"))
+        if info.get("wandb_id") != wandb_logger.id:
+            info["wandb_id"] = wandb_logger.id
+            _write_run_json(run_dir, info)
+        loggers.append(wandb_logger)
+
+
+def _train_and_record(algo, results_path: Path, stop_timesteps: int, start: Dict[str, Any], loggers: List[Any],
+                      display: Optional[Progress], schedule: CheckpointSchedule,
+                      save: Callable[[Dict[str, Any]], None],
+                      stop_when: Optional[Callable[[Dict[str, Any]], Optional[str]]]) -> Dict[str, Any]:
+    """The iteration loop (`training_iterations` from the `start` line): each line
+    appended to results.jsonl, logged and shown, a checkpoint when `schedule` says so;
+    returns the last line."""
+    line = start
+    with ResultsFile(results_path) as results:
+        for _, line, rate in training_iterations(algo, stop_timesteps, start=start):
+            results.append(line)
+            for log in loggers:
+                log.log(line)
+            if display:
+                display.show(line, rate)
+            if schedule.due(line["iteration"]):
+                save(line)
+                schedule.saved(line["iteration"])
+            if stop_when is not None and stop_when(line):
+                break
+    return line
+
+
+def _close_run(display: Optional[Progress], loggers: List[Any], algo, warn: Callable[[str], None],
+               quiet: bool) -> None:
+    """End the progress display, close the loggers and stop `algo`, also after an error
+    or Ctrl-C; a failure there is a warning (none for the loggers when `quiet`: a failed
+    disk write said it all), never hiding the run's own outcome."""
+    if display:  # end the bar's line, show a held-back line
+        display.close()
+    for log in loggers:
         try:
-            algo.stop()
-        except Exception as error:  # noqa: BLE001 - nor must stopping (the checkpoint is saved)
-            warn(f"stopping the algorithm failed: {type(error).__name__}: {error}")
+            log.close()
+        except Exception as error:  # a logger must not hide the run's own outcome
+            if not quiet:
+                warn(f"closing {type(log).__name__} failed: {error}")
+    try:
+        algo.stop()
+    except Exception as error:  # noqa: BLE001 - nor must stopping (the checkpoint is saved)
+        warn(f"stopping the algorithm failed: {type(error).__name__}: {error}")

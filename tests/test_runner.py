@@ -510,3 +510,25 @@ def test_the_cli_says_a_failed_ray_start_in_one_line(monkeypatch, tmp_path, caps
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and err[-1].startswith("hca-rllib: error: Ray's node did not start within Ray's limit, twice")
     assert not (tmp_path / "run").exists()
+
+
+def test_checkpoint_schedule_by_iterations_and_by_seconds():
+    """Every `every` iterations; with `every_s`, also after an iteration that ends that
+    long after the last checkpoint (or the start), counted from each save."""
+    from hca_rllib.runner import CheckpointSchedule
+
+    now = [100.0]
+    by_count = CheckpointSchedule(3, None, iteration=0, clock=lambda: now[0])
+    assert [i for i in range(1, 10) if by_count.due(i)] == [3, 6, 9]
+    assert not any(CheckpointSchedule(0, None, 0).due(i) for i in range(1, 10))  # 0: never by count
+
+    schedule = CheckpointSchedule(0, 60.0, iteration=5, clock=lambda: now[0])
+    assert schedule.last_iteration == 5
+    now[0] = 159.0
+    assert not schedule.due(6)
+    now[0] = 160.0
+    assert schedule.due(7)
+    schedule.saved(7)
+    assert schedule.last_iteration == 7 and not schedule.due(8)
+    now[0] = 220.0
+    assert schedule.due(9)
