@@ -453,9 +453,28 @@ def write_report(run_dirs: List[Path], out: Path, *, final_fraction: float = 0.1
     out = user_path(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"report output {str(out)!r} is a file, not a directory")
+    runs, skipped, notes = _load_runs(directories, final_fraction)
+    if not runs:  # nothing to draw or tabulate: no report rather than an empty one
+        raise NoRunsError(
+            f"no run with a score at or below {', '.join(str(p) for p in run_dirs)} "
+            f"({len(directories)} run director{'y' if len(directories) == 1 else 'ies'}: "
+            f"{skipped[0]['reason']}{' ...' if len(skipped) > 1 else ''})")
+    out.mkdir(parents=True, exist_ok=True)
+    environments = _report_environments(runs, out, final_fraction, notes)
+    data = _report_data(run_dirs, runs, skipped, notes, environments, final_fraction)
+    (out / "report.json").write_text(json.dumps(data, indent=1, default=str))
+    report = out / "report.md"
+    report.write_text(_markdown(data, len(directories)))
+    return report
 
+
+def _load_runs(directories: List[Path], final_fraction: float
+               ) -> Tuple[List[RunData], List[Dict[str, Any]], List[str]]:
+    """(the runs to draw, the runs skipped with their reason, notes on what was read). A
+    run without a final score yet is listed as skipped, and still drawn if it has any
+    score."""
     notes: List[str] = []
-    skipped: List[Dict[str, str]] = []
+    skipped: List[Dict[str, Any]] = []
     runs: List[RunData] = []
     for directory in directories:
         try:
@@ -467,29 +486,30 @@ def write_report(run_dirs: List[Path], out: Path, *, final_fraction: float = 0.1
             notes.append(f"{directory}: skipped {run.bad_lines} unreadable line(s) of "
                          f"{RESULTS_FILE} (a torn last line from a killed run)")
         if final_score(run.rows, final_fraction) is None:
-            if not run.rows:
-                reason = "no results yet"
-            elif not run.has("score"):
-                reason = f"no score yet ({len(run.rows)} iterations)"
-            else:
-                reason = (f"no score in its last {final_window(len(run.rows), final_fraction)} "
-                          f"of {len(run.rows)} iterations")
-            skipped.append({"run_dir": str(directory), "reason": reason,
+            skipped.append({"run_dir": str(directory), "reason": _no_score_reason(run, final_fraction),
                             "env": run.env, "method": run.method, "seed": run.seed})
             if not run.has("score"):
                 continue  # nothing to draw either
         runs.append(run)
-    if not runs:  # nothing to draw or tabulate: no report rather than an empty one
-        raise NoRunsError(
-            f"no run with a score at or below {', '.join(str(p) for p in run_dirs)} "
-            f"({len(directories)} run director{'y' if len(directories) == 1 else 'ies'}: "
-            f"{skipped[0]['reason']}{' ...' if len(skipped) > 1 else ''})")
-    out.mkdir(parents=True, exist_ok=True)
+    return runs, skipped, notes
 
+
+def _no_score_reason(run: RunData, final_fraction: float) -> str:
+    """Why a run has no final score."""
+    if not run.rows:
+        return "no results yet"
+    if not run.has("score"):
+        return f"no score yet ({len(run.rows)} iterations)"
+    return (f"no score in its last {final_window(len(run.rows), final_fraction)} "
+            f"of {len(run.rows)} iterations")
+
+
+def _report_environments(runs: List[RunData], out: Path, final_fraction: float,
+                         notes: List[str]) -> Dict[str, Any]:
+    """Per environment: its groups' summaries and its figures (drawn into `out`); what
+    the runs' settings and seeds call for goes into `notes`."""
     groups = _group_runs(runs)
-    methods = sorted({run.method for run in runs}, key=_method_order)
-    colors = _colors(methods)
-
+    colors = _colors(sorted({run.method for run in runs}, key=_method_order))
     environments: Dict[str, Any] = {}
     used_names: set = set()
     for env, by_method in groups.items():
@@ -500,50 +520,69 @@ def write_report(run_dirs: List[Path], out: Path, *, final_fraction: float = 0.1
         full_game = any(run.has("game_return_mean") for group in by_method.values()
                         for run in group.runs)
         ylabel = "return (full game)" if full_game else "episode return"
-        summaries = {method: _group_summary(group, final_fraction)
-                     for method, group in by_method.items()}
-        baseline = summaries.get(BASELINE)
-        for method, summary in summaries.items():
-            poi = None
-            if (method != BASELINE and baseline is not None and summary["n_seeds"]
-                    and baseline["n_seeds"]):
-                poi = stats.probability_of_improvement(summary["final_scores"],
-                                                       baseline["final_scores"])
-            summary["probability_of_improvement_over_a2c"] = poi
-            settings = {json.dumps(run.meta.get("set") or {}, sort_keys=True)
-                        for run in by_method[method].runs}
-            if len(settings) > 1:
-                notes.append(f"{env} / {method}: the runs differ in their --set overrides "
-                             f"({'; '.join(sorted(settings))}) and are aggregated anyway")
-            seeds = [run.seed for run in by_method[method].runs]
-            if len(seeds) != len(set(map(str, seeds))):
-                notes.append(f"{env} / {method}: several runs share a seed ({seeds})")
+        summaries = _method_summaries(env, by_method, final_fraction, notes)
+        environments[env] = {"score_label": ylabel,
+                             **_draw_environment(out, env, slug, by_method, summaries, colors, ylabel),
+                             "methods": summaries}
+    return environments
 
-        curve_name = f"learning_curve_{slug}.png"
-        drawn = _plot_learning_curves(out / curve_name, env, by_method, ylabel, colors)
-        diag_name = f"diagnostics_{slug}.png"
-        panels = _plot_diagnostics(out / diag_name, env, by_method, colors)
-        if panels is None and (out / diag_name).exists():
-            (out / diag_name).unlink()  # stale, from an earlier report
-        profile_name = f"performance_profile_{slug}.png"
-        profile = _plot_performance_profile(out / profile_name, env, summaries, colors, ylabel)
-        if profile is None and (out / profile_name).exists():
-            (out / profile_name).unlink()  # stale, from an earlier report
-        environments[env] = {
-            "score_label": ylabel,
-            "learning_curve": curve_name,
-            "learning_curve_methods": drawn,
-            "diagnostics": diag_name if panels is not None else None,
-            "diagnostics_panels": panels or [],
-            "performance_profile": profile_name if profile is not None else None,
-            "performance_profile_data": profile,
-            "methods": summaries,
-        }
 
+def _method_summaries(env: str, by_method: Dict[str, Group], final_fraction: float,
+                      notes: List[str]) -> Dict[str, Dict[str, Any]]:
+    """Each method's `_group_summary` and its probability of improvement over A2C; a note
+    where a group's runs differ in their overrides or share a seed."""
+    summaries = {method: _group_summary(group, final_fraction) for method, group in by_method.items()}
+    baseline = summaries.get(BASELINE)
+    for method, summary in summaries.items():
+        poi = None
+        if (method != BASELINE and baseline is not None and summary["n_seeds"]
+                and baseline["n_seeds"]):
+            poi = stats.probability_of_improvement(summary["final_scores"], baseline["final_scores"])
+        summary["probability_of_improvement_over_a2c"] = poi
+        settings = {json.dumps(run.meta.get("set") or {}, sort_keys=True)
+                    for run in by_method[method].runs}
+        if len(settings) > 1:
+            notes.append(f"{env} / {method}: the runs differ in their --set overrides "
+                         f"({'; '.join(sorted(settings))}) and are aggregated anyway")
+        seeds = [run.seed for run in by_method[method].runs]
+        if len(seeds) != len(set(map(str, seeds))):
+            notes.append(f"{env} / {method}: several runs share a seed ({seeds})")
+    return summaries
+
+
+def _draw_environment(out: Path, env: str, slug: str, by_method: Dict[str, Group],
+                      summaries: Dict[str, Dict[str, Any]], colors: Dict[str, Any],
+                      ylabel: str) -> Dict[str, Any]:
+    """One environment's learning curves, diagnostics and performance profile, drawn into
+    `out` (a figure with nothing to show is not written, and a stale one from an earlier
+    report is removed); what report.json says of them."""
+    curve_name = f"learning_curve_{slug}.png"
+    drawn = _plot_learning_curves(out / curve_name, env, by_method, ylabel, colors)
+    diag_name = f"diagnostics_{slug}.png"
+    panels = _plot_diagnostics(out / diag_name, env, by_method, colors)
+    if panels is None and (out / diag_name).exists():
+        (out / diag_name).unlink()
+    profile_name = f"performance_profile_{slug}.png"
+    profile = _plot_performance_profile(out / profile_name, env, summaries, colors, ylabel)
+    if profile is None and (out / profile_name).exists():
+        (out / profile_name).unlink()
+    return {
+        "learning_curve": curve_name,
+        "learning_curve_methods": drawn,
+        "diagnostics": diag_name if panels is not None else None,
+        "diagnostics_panels": panels or [],
+        "performance_profile": profile_name if profile is not None else None,
+        "performance_profile_data": profile,
+    }
+
+
+def _report_data(run_dirs: List[Path], runs: List[RunData], skipped: List[Dict[str, Any]], notes: List[str],
+                 environments: Dict[str, Any], final_fraction: float) -> Dict[str, Any]:
+    """What report.json holds (and report.md shows)."""
     ci_method = next((s["ci_method"] for e in environments.values()
                       for s in e["methods"].values()
                       if s["ci_method"] and s["n_seeds"] >= 2), None)
-    data = {
+    return {
         "inputs": [str(p) for p in run_dirs],
         "final_fraction": final_fraction,
         "final_score_definition": (
@@ -562,18 +601,24 @@ def write_report(run_dirs: List[Path], out: Path, *, final_fraction: float = 0.1
         "notes": notes,
         "environments": environments,
     }
-    (out / "report.json").write_text(json.dumps(data, indent=1, default=str))
-    report = out / "report.md"
-    report.write_text(_markdown(data, len(directories)))
-    return report
 
 
 def _markdown(data: Dict[str, Any], found: int) -> str:
+    """report.md from `data` (report.json's content); `found`: the run directories found."""
+    lines = ["# hca-rllib training report", ""]
+    lines += _markdown_runs(data, found)
+    lines += _markdown_notes(data)
+    lines += _markdown_final_scores(data)
+    for env, e in data["environments"].items():
+        lines += _markdown_environment(env, e)
+    return "\n".join(lines)
+
+
+def _markdown_runs(data: Dict[str, Any], found: int) -> List[str]:
+    """The runs found, a table of the groups and the command of one run per group."""
     envs = data["environments"]
     n_groups = sum(len(e["methods"]) for e in envs.values())
     lines = [
-        "# hca-rllib training report",
-        "",
         "## Runs",
         "",
         f"{found} run director{'y' if found == 1 else 'ies'} found under "
@@ -582,32 +627,43 @@ def _markdown(data: Dict[str, Any], found: int) -> str:
         f"method) over {len(envs)} environment(s).",
         "",
     ]
-    if envs:
-        lines += ["| environment | method | runs | iterations | env steps (shortest) |",
-                  "|---|---|---:|---|---:|"]
-        for env, e in envs.items():
-            for method, s in e["methods"].items():
-                its = s["iterations"]
-                span = "n/a" if not its else (f"{min(its)}" if min(its) == max(its)
-                                              else f"{min(its)}-{max(its)}")
-                steps = "n/a" if s["env_steps_min"] is None else f"{s['env_steps_min']:,}"
-                lines.append(f"| {_cell(env)} | {_cell(method)} | {s['n_runs']} | {span} | "
-                             f"{steps} |")
-        lines += ["", "Command of one run per group:", ""]
-        for env, e in envs.items():
-            for method, s in e["methods"].items():
-                command = s["command"] or "(not recorded)"
-                lines.append(f"- {env} / {method}: {_code(command)}")
-        lines.append("")
-    if data["skipped"] or data["notes"]:
-        lines += ["### Notes", ""]
-        for item in data["skipped"]:
-            lines.append(f"- skipped {_code(item['run_dir'])}: {item['reason']}")
-        for note in data["notes"]:
-            lines.append(f"- {note}")
-        lines.append("")
+    if not envs:
+        return lines
+    lines += ["| environment | method | runs | iterations | env steps (shortest) |",
+              "|---|---|---:|---|---:|"]
+    for env, e in envs.items():
+        for method, s in e["methods"].items():
+            its = s["iterations"]
+            span = "n/a" if not its else (f"{min(its)}" if min(its) == max(its)
+                                          else f"{min(its)}-{max(its)}")
+            steps = "n/a" if s["env_steps_min"] is None else f"{s['env_steps_min']:,}"
+            lines.append(f"| {_cell(env)} | {_cell(method)} | {s['n_runs']} | {span} | "
+                         f"{steps} |")
+    lines += ["", "Command of one run per group:", ""]
+    for env, e in envs.items():
+        for method, s in e["methods"].items():
+            command = s["command"] or "(not recorded)"
+            lines.append(f"- {env} / {method}: {_code(command)}")
+    lines.append("")
+    return lines
 
-    lines += [
+
+def _markdown_notes(data: Dict[str, Any]) -> List[str]:
+    """The runs skipped and the notes, if any."""
+    if not (data["skipped"] or data["notes"]):
+        return []
+    lines = ["### Notes", ""]
+    for item in data["skipped"]:
+        lines.append(f"- skipped {_code(item['run_dir'])}: {item['reason']}")
+    for note in data["notes"]:
+        lines.append(f"- {note}")
+    lines.append("")
+    return lines
+
+
+def _markdown_final_scores(data: Dict[str, Any]) -> List[str]:
+    """The final-score table: IQM with its CI, mean, probability of improvement."""
+    lines = [
         "## Final scores",
         "",
         f"Final score of a seed: mean of `score` over its last ceil({data['final_fraction']} x "
@@ -621,7 +677,7 @@ def _markdown(data: Dict[str, Any], found: int) -> str:
         "P(improvement over A2C) |",
         "|---|---|---:|---|---:|---:|",
     ]
-    for env, e in envs.items():
+    for env, e in data["environments"].items():
         for method, s in e["methods"].items():
             if s["iqm"] is None:
                 iqm_text = "no score yet"
@@ -635,25 +691,29 @@ def _markdown(data: Dict[str, Any], found: int) -> str:
             lines.append(f"| {_cell(env)} | {_cell(method)} | {s['n_seeds']} | {iqm_text} | "
                          f"{_fmt(s['mean'])} | {poi_text} |")
     lines.append("")
+    return lines
 
-    for env, e in envs.items():
-        lines += [f"## {env}", ""]
-        lines += [f"Learning curves ({e['score_label']} against {STEPS_LABEL}):", "",
-                  f"![{env} learning curves]({e['learning_curve']})", ""]
-        if e["diagnostics"]:
-            lines += ["Diagnostics: " + ", ".join(e["diagnostics_panels"]) + ".", "",
-                      f"![{env} diagnostics]({e['diagnostics']})", ""]
-        else:
-            lines += ["No diagnostics: no run of this environment logs them (A2C only).", ""]
-        profile = e.get("performance_profile_data")
-        if profile:
-            q = [_fmt(t) for t in profile["quartile_taus"]]
-            lines += ["Performance profile (rliable): fraction of seeds whose final score is "
-                      "above tau, with a 95% stratified bootstrap band; a curve above another "
-                      "is better at every threshold. At the quartiles of all final scores:", "",
-                      f"| method | > {q[0]} | > {q[1]} | > {q[2]} |", "|---|---|---|---|"]
-            for method, m in profile["methods"].items():
-                cells = [f"{p:.2f} [{lo:.2f}, {hi:.2f}]" for p, lo, hi in m["at_quartile_taus"]]
-                lines.append(f"| {_cell(method)} | " + " | ".join(cells) + " |")
-            lines += ["", f"![{env} performance profile]({e['performance_profile']})", ""]
-    return "\n".join(lines)
+
+def _markdown_environment(env: str, e: Dict[str, Any]) -> List[str]:
+    """One environment's section: its learning curves, diagnostics and performance
+    profile (with the profile at the quartiles of all final scores)."""
+    lines = [f"## {env}", ""]
+    lines += [f"Learning curves ({e['score_label']} against {STEPS_LABEL}):", "",
+              f"![{env} learning curves]({e['learning_curve']})", ""]
+    if e["diagnostics"]:
+        lines += ["Diagnostics: " + ", ".join(e["diagnostics_panels"]) + ".", "",
+                  f"![{env} diagnostics]({e['diagnostics']})", ""]
+    else:
+        lines += ["No diagnostics: no run of this environment logs them (A2C only).", ""]
+    profile = e.get("performance_profile_data")
+    if profile:
+        q = [_fmt(t) for t in profile["quartile_taus"]]
+        lines += ["Performance profile (rliable): fraction of seeds whose final score is "
+                  "above tau, with a 95% stratified bootstrap band; a curve above another "
+                  "is better at every threshold. At the quartiles of all final scores:", "",
+                  f"| method | > {q[0]} | > {q[1]} | > {q[2]} |", "|---|---|---|---|"]
+        for method, m in profile["methods"].items():
+            cells = [f"{p:.2f} [{lo:.2f}, {hi:.2f}]" for p, lo, hi in m["at_quartile_taus"]]
+            lines.append(f"| {_cell(method)} | " + " | ".join(cells) + " |")
+        lines += ["", f"![{env} performance profile]({e['performance_profile']})", ""]
+    return lines

@@ -380,6 +380,39 @@ def test_helpers():
     np.testing.assert_allclose(curves[1], 1.0)
 
 
+def test_markdown_sections_from_report_data():
+    """report.md's sections are pure functions of report.json's data: the runs line, the
+    notes only when there are any, the final-score table's rows, and why a run has no
+    final score."""
+    from hca_rllib.report import RunData, _markdown, _markdown_notes, _no_score_reason
+
+    summary = {"n_runs": 2, "n_seeds": 1, "iterations": [3, 5], "env_steps_min": 1536, "command": None,
+               "iqm": 2.5, "ci_low": None, "ci_high": None, "mean": 2.5,
+               "probability_of_improvement_over_a2c": 0.75}
+    env = {"score_label": "episode return", "learning_curve": "lc.png", "diagnostics": None,
+           "diagnostics_panels": [], "performance_profile_data": None, "methods": {"HCA (hca)": summary}}
+    data = {"inputs": ["runs"], "runs": [{}, {}], "final_fraction": 0.1, "ci_method": None,
+            "skipped": [], "notes": [], "environments": {"Env|1": env}}
+    text = _markdown(data, found=3)
+    assert "3 run directories found under `runs`: 2 with scores, in 1 group(s)" in text
+    assert "| Env\\|1 | HCA (hca) | 2 | 3-5 | 1,536 |" in text
+    assert "- Env|1 / HCA (hca): `(not recorded)`" in text
+    assert "| Env\\|1 | HCA (hca) | 1 | 2.50 (1 seed, no CI) | 2.50 | 0.75 |" in text
+    assert "CI (none: fewer than 2 seeds everywhere)" in text
+    assert "No diagnostics: no run of this environment logs them (A2C only)." in text
+    assert "### Notes" not in text and _markdown_notes(data) == []
+    data.update(skipped=[{"run_dir": "a", "reason": "no results yet"}], notes=["n"])
+    assert _markdown_notes(data) == ["### Notes", "", "- skipped `a`: no results yet", "- n", ""]
+
+    def run(rows):
+        return RunData(Path("r"), {}, rows)
+
+    assert _no_score_reason(run([]), 0.1) == "no results yet"
+    assert _no_score_reason(run([{"score": None}] * 4), 0.1) == "no score yet (4 iterations)"
+    assert _no_score_reason(run([{"score": 1.0}] + [{"score": None}] * 19), 0.1) == (
+        "no score in its last 2 of 20 iterations")
+
+
 def test_report_reads_results_with_the_runners_reader(tmp_path):
     """One reader (hca_rllib.runner.read_results): the torn last line is skipped and
     counted; a run damaged before its last line is listed as skipped, naming the line."""
