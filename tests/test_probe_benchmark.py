@@ -35,3 +35,26 @@ def test_probe_quick(tmp_path):
         assert row["episodes"] <= 150 and row["decisions"] <= 3_000 + 8
     assert rows["delayed_effect_L3_sd1"]["closed_form_start_state"] == pytest.approx(0.141, abs=0.001)
     assert "| minatar_Breakout |" in (tmp_path / "summary.md").read_text()
+
+
+@pytest.mark.benchmark
+def test_outcome_probe_quick(tmp_path):
+    """`benchmarks/outcome_probe.py --quick`: one reading (MinAtar Breakout, uniform, 3,000
+    steps) and one floor cell, each stored as it finishes, and the summary over them; a
+    second run finds both stored and runs nothing."""
+    _run_script("outcome_probe.py", "--quick", "--out", tmp_path, timeout=300)
+    reading = json.loads((tmp_path / "readings" / "minatar_breakout__uniform.json").read_text())
+    assert reading["probe"]["outcome"] == "reward" and reading["probe"]["window"] == 32
+    assert reading["probe"]["decisions"] <= 3_000 + 8 and "held_out_episodes" not in reading["probe"]["split"]
+    floor = json.loads((tmp_path / "floor" / "bandit__0.05__1000__seed0.json").read_text())
+    assert floor["held_out_pairs"] == pytest.approx(1_000, abs=2)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    (row,) = summary["rows"]
+    assert row["task"] == "minatar_breakout" and row["policy"] == "uniform"
+    assert row["floor_spread"]["budget"] == 1_000 and row["verdict"].split()[0] in ("yes", "no")
+    for key in ("return_per_decision", "reward_per_pair", "reward_per_decision"):
+        figure = row[key]
+        assert figure["ci_bonferroni"][0] <= figure["information"] <= figure["ci_bonferroni"][1]
+    assert "| minatar_breakout | uniform |" in (tmp_path / "summary.md").read_text()
+    again = _run_script("outcome_probe.py", "--quick", "--out", tmp_path, timeout=300)
+    assert "done" not in again.stdout and "floor (" not in again.stdout
