@@ -17,7 +17,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from hca_rllib import compat
 from hca_rllib.credit import CREDIT_MODES
@@ -203,91 +203,23 @@ def make_checkpoint_pruner(keep: int = KEEP_CHECKPOINTS, scheduler=None):
     checkpoints at once. A driver killed in between left a state that named a deleted
     checkpoint, and `--resume` failed ("does not exist on storage anymore"; found by
     tests/test_sweep.py's kill test). So the sweep runs Tune with `num_to_keep=None` and
-    this callback prunes: when a trial checkpoints, and once more at the end (after Tune's
-    final state save) for the trials this driver ran. It drops the pruned entries from Tune's list of the trial's
-    checkpoints too (`compat.set_checkpoint_results`), so the experiment state does not
-    grow with every checkpoint.
-
-    Other trials' claims on a trial's checkpoints (PBT): its exploit points the cloning
-    trial's `latest_checkpoint_result` at a checkpoint of the trial it clones (restored
-    when that trial starts again, or from the saved state after a kill: a state file's
-    entry protects that checkpoint and all newer, as the trial's own entry does; the
-    in-memory one only that checkpoint), and it clones the trial's checkpoint saved at
-    its last perturbation (`compat.pbt_saved_checkpoints`), possibly many checkpoints
-    ago (kept while PBT holds it). Checkpoints are told apart by trial directory and name (`_checkpoint_key`)."""
+    this callback prunes (`prune_trial_checkpoints`): when a trial checkpoints, and once
+    more at the end (after Tune's final state save) for the trials this driver ran."""
     from ray.tune import Callback
 
     class CheckpointPruner(Callback):
         def __init__(self):
             self.keep = keep
             self.scheduler = scheduler
-            self._stored, self._staged = {}, {}  # parse caches
-            self._ran = set()  # trial ids this driver saw checkpoint: the only ones it prunes
-
-        def _states(self, trial):
-            """(stored, staged) `_named_checkpoints`, either None when unreadable."""
-            import pyarrow.fs
-
-            storage = trial.storage
-            return (_named_checkpoints(storage.storage_filesystem, storage.experiment_fs_path, self._stored),
-                    _named_checkpoints(pyarrow.fs.LocalFileSystem(), storage.experiment_driver_staging_path,
-                                       self._staged))
-
-        def _claimed(self, trials) -> set:
-            """The keys of the checkpoints a trial will restore from (its latest) or PBT
-            may still clone; exact claims (in memory: no save of them in flight)."""
-            claimed = set()
-            for other in trials:
-                manager = getattr(getattr(other, "run_metadata", None), "checkpoint_manager", None)
-                latest = manager.latest_checkpoint_result if manager is not None else None
-                if latest is not None:
-                    claimed.add(_checkpoint_key(latest.checkpoint.path))
-            for saved in compat.pbt_saved_checkpoints(self.scheduler):
-                path = getattr(saved, "path", None)
-                if isinstance(path, str):  # a Checkpoint (a save in flight becomes the newest)
-                    claimed.add(_checkpoint_key(path))
-            return claimed
+            self.caches = ({}, {})  # parse caches of the stored and the staged state files
+            self.ran = set()  # trial ids this driver saw checkpoint: the only ones it prunes
 
         def prune(self, trial, new=None, trials=None) -> List[str]:
-            """Prune `trial` (with `new`, the checkpoint being registered, counted as its
-            newest; `trials`: all of the experiment's); returns the names deleted."""
-            manager = trial.run_metadata.checkpoint_manager
-            if manager is None:
-                return []
-            if manager.checkpoint_config.checkpoint_score_attribute is not None:
-                return []  # ordered by score, not time: not this rule
-            results = list(compat.checkpoint_results(manager))
-            keys = [_checkpoint_key(r.checkpoint.path) for r in results]
-            if new is not None:
-                keys.append(_checkpoint_key(new.path))
-            stored, staged = self._states(trial)
-            if stored is None or staged is None:
-                return []
-            protected = {x for x in (stored.get(trial.trial_id), staged.get(trial.trial_id)) if x}
-            latest = manager.latest_checkpoint_result
-            if latest is not None:
-                protected.add(_checkpoint_key(latest.checkpoint.path))
-            # Other trials' entries in those files that name this trial's checkpoints
-            # (PBT clones): kept with all newer, as this trial's own (a state between
-            # the two may be being synced).
-            protected |= {x for named in (stored, staged) for x in named.values() if x in keys}
-            doomed = set(checkpoints_to_prune(keys, self.keep, protected))
-            doomed -= self._claimed(list(trials or []) + [trial])
-            if not doomed:
-                return []
-            compat.set_checkpoint_results(
-                manager, [r for r in results if _checkpoint_key(r.checkpoint.path) not in doomed])
-            trial.run_metadata.invalidate_cache()
-            for r in results:
-                if _checkpoint_key(r.checkpoint.path) in doomed:
-                    try:
-                        compat.delete_checkpoint_dir(r.checkpoint.filesystem, r.checkpoint.path)
-                    except FileNotFoundError:
-                        pass  # gone already (an end-of-experiment prune after the state save)
-            return sorted(Path(key).name for key in doomed)
+            return prune_trial_checkpoints(trial, self.keep, new=new, trials=list(trials or []),
+                                           scheduler=self.scheduler, caches=self.caches)
 
         def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
-            self._ran.add(trial.trial_id)
+            self.ran.add(trial.trial_id)
             try:  # Tune skips registering a checkpoint whose callback raised
                 self.prune(trial, checkpoint, trials)
             except Exception as error:  # noqa: BLE001 - a missed prune costs only disk
@@ -295,7 +227,7 @@ def make_checkpoint_pruner(keep: int = KEEP_CHECKPOINTS, scheduler=None):
 
         def on_experiment_end(self, trials, **info):
             for trial in trials:  # Tune has saved its final state (and waited) by now
-                if trial.trial_id not in self._ran:  # finished before a restore: left as it was
+                if trial.trial_id not in self.ran:  # finished before a restore: left as it was
                     continue
                 try:
                     self.prune(trial, trials=trials)
@@ -303,6 +235,85 @@ def make_checkpoint_pruner(keep: int = KEEP_CHECKPOINTS, scheduler=None):
                     print(f"hca-rllib sweep: could not prune checkpoints of {trial}: {error!r}", file=sys.stderr)
 
     return CheckpointPruner()
+
+
+def protected_checkpoints(trial_id: str, keys: List[str], stored: Dict[str, Optional[str]],
+                          staged: Dict[str, Optional[str]], latest: Optional[str]) -> set:
+    """The checkpoint keys of a trial (`keys`, its checkpoints' `_checkpoint_key`s) that
+    pruning keeps with all newer ones: those the stored and the staged experiment state
+    (`_named_checkpoints`) resume the trial from, its `latest` checkpoint in memory, and
+    any of its checkpoints that those files name for another trial (a PBT clone: a state
+    between the two may be being synced)."""
+    protected = {x for x in (stored.get(trial_id), staged.get(trial_id)) if x}
+    if latest is not None:
+        protected.add(latest)
+    protected |= {x for named in (stored, staged) for x in named.values() if x in keys}
+    return protected
+
+
+def claimed_checkpoints(trials, scheduler) -> set:
+    """The keys of the checkpoints a trial will restore from (its latest) or PBT
+    (`scheduler`) may still clone (the trial's checkpoint saved at its last perturbation,
+    possibly many checkpoints ago); exact claims (in memory: no save of them in flight)."""
+    claimed = set()
+    for other in trials:
+        manager = getattr(getattr(other, "run_metadata", None), "checkpoint_manager", None)
+        latest = manager.latest_checkpoint_result if manager is not None else None
+        if latest is not None:
+            claimed.add(_checkpoint_key(latest.checkpoint.path))
+    for saved in compat.pbt_saved_checkpoints(scheduler):
+        path = getattr(saved, "path", None)
+        if isinstance(path, str):  # a Checkpoint (a save in flight becomes the newest)
+            claimed.add(_checkpoint_key(path))
+    return claimed
+
+
+def _experiment_states(trial, caches) -> Tuple[Optional[dict], Optional[dict]]:
+    """(stored, staged) `_named_checkpoints` of `trial`'s experiment, either None when
+    unreadable; `caches`: their parse caches."""
+    import pyarrow.fs
+
+    storage = trial.storage
+    return (_named_checkpoints(storage.storage_filesystem, storage.experiment_fs_path, caches[0]),
+            _named_checkpoints(pyarrow.fs.LocalFileSystem(), storage.experiment_driver_staging_path, caches[1]))
+
+
+def prune_trial_checkpoints(trial, keep: int, *, new=None, trials=(), scheduler=None, caches=({}, {})
+                            ) -> List[str]:
+    """Delete `trial`'s checkpoints beyond its newest `keep` (`new`, the checkpoint being
+    registered, counted as its newest) that no experiment state, trial or PBT
+    (`scheduler`) still needs (`protected_checkpoints`, `claimed_checkpoints`; `trials`:
+    all of the experiment's), from storage and from Tune's list of the trial's
+    checkpoints (`compat.set_checkpoint_results`, so the experiment state does not grow
+    with every checkpoint); returns the names deleted. Checkpoints are told apart by
+    trial directory and name (`_checkpoint_key`). A trial whose checkpoints are ordered by
+    score, or a state file that cannot be read now: nothing."""
+    manager = trial.run_metadata.checkpoint_manager
+    if manager is None or manager.checkpoint_config.checkpoint_score_attribute is not None:
+        return []  # ordered by score, not time: not this rule
+    results = list(compat.checkpoint_results(manager))
+    keys = [_checkpoint_key(r.checkpoint.path) for r in results]
+    if new is not None:
+        keys.append(_checkpoint_key(new.path))
+    stored, staged = _experiment_states(trial, caches)
+    if stored is None or staged is None:
+        return []
+    latest = manager.latest_checkpoint_result
+    protected = protected_checkpoints(trial.trial_id, keys, stored, staged,
+                                      _checkpoint_key(latest.checkpoint.path) if latest is not None else None)
+    doomed = set(checkpoints_to_prune(keys, keep, protected))
+    doomed -= claimed_checkpoints(list(trials) + [trial], scheduler)
+    if not doomed:
+        return []
+    compat.set_checkpoint_results(manager, [r for r in results if _checkpoint_key(r.checkpoint.path) not in doomed])
+    trial.run_metadata.invalidate_cache()
+    for r in results:
+        if _checkpoint_key(r.checkpoint.path) in doomed:
+            try:
+                compat.delete_checkpoint_dir(r.checkpoint.filesystem, r.checkpoint.path)
+            except FileNotFoundError:
+                pass  # gone already (an end-of-experiment prune after the state save)
+    return sorted(Path(key).name for key in doomed)
 
 
 def drop_missing_checkpoints(results) -> int:
@@ -587,23 +598,13 @@ def run_sweep(
     import ray
     from ray import tune
 
-    from hca_rllib.envs import EnvResolutionError, resolve_env
     from hca_rllib.runner import init_ray
 
-    for env in envs:  # every env checked before any trial starts
-        try:
-            resolve_env(env, (overrides or {}).get("env_config"))
-        except EnvResolutionError as error:
-            raise ValueError(str(error)) from None
-    bad = [c for c in credits if c not in CREDIT_MODES]
-    if bad:
-        raise ValueError(f"unknown credit mode(s) {bad}; choose from {list(CREDIT_MODES)}")
-    check_grids(credits, overrides or {})  # before Ray starts
-    check_metric(metric, envs, overrides or {})
-    storage = storage_path if "://" in storage_path else str(user_path(storage_path))  # Tune: absolute
-    experiment = f"{storage}/{name}" if "://" in storage else str(Path(storage) / name)
+    overrides = overrides or {}
+    check_sweep_inputs(envs, credits, overrides, metric)  # before Ray starts
+    storage, experiment = experiment_path(storage_path, name)
     settings = sweep_settings(envs=envs, credits=credits, seeds=seeds, stop_timesteps=stop_timesteps,
-                              overrides=overrides or {}, num_env_runners=num_env_runners,
+                              overrides=overrides, num_env_runners=num_env_runners,
                               num_envs_per_env_runner=num_envs_per_env_runner,
                               cpus_per_env_runner=cpus_per_env_runner, scheduler=scheduler, metric=metric,
                               max_failures=max_failures, checkpoint_every=checkpoint_every)
@@ -614,15 +615,13 @@ def run_sweep(
         concurrent = max_concurrent_trials(ray.cluster_resources().get("CPU", 1.0), per_trial)
     else:  # an autoscaling cluster that will grow: the user says how far
         concurrent = max_concurrent
-
     chosen = make_scheduler(scheduler, stop_timesteps)
-
     tune_callbacks = [make_run_files_callback(stop_timesteps), make_checkpoint_pruner(scheduler=chosen)]
     mode = wandb_mode(wandb)
     if mode is not None:
         tune_callbacks.append(wandb_logger_callback(project=wandb_project, group=name, mode=mode))
     tune_callbacks.extend(callbacks)
-    param_space = build_param_space(envs, credits, seeds, overrides or {}, num_env_runners,
+    param_space = build_param_space(envs, credits, seeds, overrides, num_env_runners,
                                     num_envs_per_env_runner, cpus_per_env_runner)
     if resume:
         # The param space again: Tune stored its objects (the RLModule spec's class) as
@@ -632,40 +631,81 @@ def run_sweep(
         if "://" not in experiment:
             Path(experiment).mkdir(parents=True, exist_ok=True)
             (Path(experiment) / SWEEP_FILE).write_text(json.dumps(settings, indent=1, default=repr))
-        tuner = tune.Tuner(
-            "HCA",
-            param_space=param_space,
-            tune_config=tune.TuneConfig(
-                max_concurrent_trials=concurrent,
-                scheduler=chosen,
-                metric=metric if scheduler != "none" else None,
-                mode="max" if scheduler != "none" else None,
-                trial_dirname_creator=_trial_name,
-            ),
-            run_config=tune.RunConfig(
-                name=name,
-                storage_path=storage,
-                stop={"num_env_steps_sampled_lifetime": stop_timesteps},
-                checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=checkpoint_every,
-                                                        checkpoint_at_end=True, num_to_keep=None),  # pruned by make_checkpoint_pruner
-                failure_config=tune.FailureConfig(max_failures=max_failures),
-                callbacks=tune_callbacks,
-                verbose=1,
-            ),
-        )
+        tuner = _new_tuner(param_space, name=name, storage=storage, stop_timesteps=stop_timesteps,
+                           concurrent=concurrent, scheduler=chosen,
+                           metric=metric if scheduler != "none" else None, checkpoint_every=checkpoint_every,
+                           max_failures=max_failures, callbacks=tune_callbacks)
     results = tuner.fit()
     drop_missing_checkpoints(results)  # the pruner's deletions, as the saved state missed them
-    page = None
-    if report and "://" not in experiment:
-        from hca_rllib.report import write_report
-
-        from hca_rllib.report import NoRunsError
-
-        try:
-            page = write_report([Path(experiment)], Path(experiment) / "report")
-        except NoRunsError as error:  # every trial failed before its first result
-            print(f"hca-rllib sweep: no report: {error}", file=sys.stderr)
+    page = _sweep_report(experiment) if report and "://" not in experiment else None
     return results, page
+
+
+def check_sweep_inputs(envs: List[str], credits: List[str], overrides: Dict[str, Any], metric: str) -> None:
+    """One-line ValueError for an environment that does not resolve, an unknown credit
+    mode, a grid the sweep cannot run, or a `--metric` no trial reports."""
+    from hca_rllib.envs import EnvResolutionError, resolve_env
+
+    for env in envs:  # every env checked before any trial starts
+        try:
+            resolve_env(env, overrides.get("env_config"))
+        except EnvResolutionError as error:
+            raise ValueError(str(error)) from None
+    bad = [c for c in credits if c not in CREDIT_MODES]
+    if bad:
+        raise ValueError(f"unknown credit mode(s) {bad}; choose from {list(CREDIT_MODES)}")
+    check_grids(credits, overrides)
+    check_metric(metric, envs, overrides)
+
+
+def experiment_path(storage_path: str, name: str) -> Tuple[str, str]:
+    """(storage, experiment): Tune's storage path (a URI as it is, a local path made
+    absolute, as Tune wants it) and the experiment's path below it."""
+    storage = storage_path if "://" in storage_path else str(user_path(storage_path))
+    experiment = f"{storage}/{name}" if "://" in storage else str(Path(storage) / name)
+    return storage, experiment
+
+
+def _new_tuner(param_space, *, name: str, storage: str, stop_timesteps: int, concurrent: int, scheduler,
+               metric: Optional[str], checkpoint_every: int, max_failures: int, callbacks: List[Any]):
+    """A Tuner for a new sweep: the grid, the stop, checkpointing (pruned by
+    `make_checkpoint_pruner`, not Tune's `num_to_keep`), retries, the scheduler
+    (`metric`: None without one)."""
+    from ray import tune
+
+    return tune.Tuner(
+        "HCA",
+        param_space=param_space,
+        tune_config=tune.TuneConfig(
+            max_concurrent_trials=concurrent,
+            scheduler=scheduler,
+            metric=metric,
+            mode="max" if metric is not None else None,
+            trial_dirname_creator=_trial_name,
+        ),
+        run_config=tune.RunConfig(
+            name=name,
+            storage_path=storage,
+            stop={"num_env_steps_sampled_lifetime": stop_timesteps},
+            checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=checkpoint_every,
+                                                    checkpoint_at_end=True, num_to_keep=None),
+            failure_config=tune.FailureConfig(max_failures=max_failures),
+            callbacks=callbacks,
+            verbose=1,
+        ),
+    )
+
+
+def _sweep_report(experiment: str) -> Optional[Path]:
+    """The report of a finished sweep (a local one), in its `report/`; None when no trial
+    has a result (every trial failed before its first), said in one line."""
+    from hca_rllib.report import NoRunsError, write_report
+
+    try:
+        return write_report([Path(experiment)], Path(experiment) / "report")
+    except NoRunsError as error:  # every trial failed before its first result
+        print(f"hca-rllib sweep: no report: {error}", file=sys.stderr)
+        return None
 
 
 def check_sweep_config(overrides: Dict[str, Any], num_env_runners: int, num_envs_per_env_runner: int,

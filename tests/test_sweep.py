@@ -480,3 +480,11 @@ def test_killed_sweep_resumes_to_the_uninterrupted_grid(tmp_path):
     for run, rows, *_ in after.values():
         row = runs[("CartPole-v1", "A2C" if run["credit"] == "a2c" else "HCA (hca)", run["seed"])]
         assert (row["iterations"], row["env_steps"], row["bad_lines"]) == (len(rows), rows[-1]["env_steps"], 0)
+
+
+def test_experiment_path_is_absolute_locally_and_a_uri_as_given(tmp_path, monkeypatch):
+    from hca_rllib.sweep import experiment_path
+
+    monkeypatch.chdir(tmp_path)
+    assert experiment_path("runs", "grid") == (str(tmp_path / "runs"), str(tmp_path / "runs" / "grid"))
+    assert experiment_path("s3://bucket/sweeps", "grid") == ("s3://bucket/sweeps", "s3://bucket/sweeps/grid")

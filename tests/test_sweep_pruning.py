@@ -345,3 +345,17 @@ def test_every_reported_metric_is_known():
     unknown = sorted(name for name in seen - known if not name.startswith(_OPEN_PREFIXES))
     assert not unknown, f"reported but not in hca_rllib.sweep's metric names: {unknown}"
     assert "env_runners/episode_return_window_mean" in seen and "learners/default_policy/vf_loss" in seen
+
+
+def test_protected_checkpoints_are_the_states_entries_the_latest_and_clones():
+    """What pruning keeps with all newer ones: the trial's entry in the stored and the
+    staged experiment state, its latest checkpoint, and its checkpoints that those files
+    name for another trial (a PBT clone); another trial's own checkpoints are not its."""
+    from hca_rllib.sweep import protected_checkpoints
+
+    keys = [f"t1/checkpoint_{i:06d}" for i in range(6)]
+    stored = {"t1": keys[1], "t2": keys[3], "t3": "t3/checkpoint_000009"}
+    staged = {"t1": keys[2], "t2": None}
+    assert protected_checkpoints("t1", keys, stored, staged, latest=keys[5]) == {keys[1], keys[2], keys[3], keys[5]}
+    assert protected_checkpoints("t1", keys, {}, {}, latest=None) == set()
+    assert protected_checkpoints("t9", keys, {"t9": None}, {}, latest=None) == set()
