@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -160,12 +160,42 @@ def evaluate_checkpoint(
 ) -> Dict[str, Any]:
     """Play `episodes` games; returns (and writes as JSON) mean, std, min, max, median and
     every game's return."""
-    import gymnasium as gym
     import torch
-    from ray.rllib.core.columns import Columns
 
     from hca_rllib.envs import resolve_env
 
+    video, output = _checked_paths(episodes, video, output)
+    path = find_checkpoint(checkpoint)
+    config = checkpoint_config(path)
+    env_id, env_config = config["env"], dict(config.get("env_config") or {})
+    info = resolve_env(env_id, env_config, frame_stack=config.get("frame_stack"),
+                       model_config=config.get("model_config") or {})
+    module = load_checkpoint_module(path)
+    module.eval()
+    env = _make_env(env_id, env_config, render=video is not None)
+    inputs = TrainingInputs(config, env, module)
+    rng = np.random.default_rng(seed)
+    torch.manual_seed(seed)
+    game = Game(env, module, inputs, greedy=greedy, rng=rng,
+                lives_episodes=info is not None and info.family.name == "atari")
+    game.reset(seed)
+    _check_module_fits(module, game.batch, path, env_id, env)
+    returns = game.play(episodes, video)
+    env.close()
+    summary = _summary(returns, path, env_id, greedy, episodes, video)
+    target = output if output is not None else path.parent / f"evaluation_{path.name}.json"
+    if target.suffix != ".json":
+        target = target / "evaluation.json"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(summary, indent=1))
+    summary["written_to"] = str(target)
+    return summary
+
+
+def _checked_paths(episodes: int, video: Optional[str], output: Optional[str]
+                   ) -> Tuple[Optional[Path], Optional[Path]]:
+    """The video and output paths made absolute, after checking the arguments
+    (CheckpointError, one line, for a bad one)."""
     if episodes < 1:
         raise CheckpointError(f"--episodes must be >= 1, got {episodes}")
     try:
@@ -175,28 +205,26 @@ def evaluate_checkpoint(
         raise CheckpointError(str(error)) from None
     if video is not None and video.suffix.lower() not in (".gif", ".mp4"):
         raise CheckpointError(f"video must end in .gif or .mp4, got {str(video)!r}")
-    path = find_checkpoint(checkpoint)
-    config = checkpoint_config(path)
-    env_id, env_config = config["env"], dict(config.get("env_config") or {})
-    info = resolve_env(env_id, env_config, frame_stack=config.get("frame_stack"),
-                       model_config=config.get("model_config") or {})
-    module = load_checkpoint_module(path)
-    module.eval()
+    return video, output
+
+
+def _make_env(env_id: str, env_config: Dict[str, Any], render: bool):
+    """The run's environment (rendering frames for a video when `render`)."""
+    import gymnasium as gym
+
     try:
-        env = gym.make(env_id, render_mode="rgb_array" if video else None, **env_config)
+        return gym.make(env_id, render_mode="rgb_array" if render else None, **env_config)
     except TypeError as error:
-        if video:
+        if render:
             raise CheckpointError(f"environment {env_id!r} cannot render, so no video ({error})") from None
         raise
-    inputs = TrainingInputs(config, env, module)
-    rng = np.random.default_rng(seed)
-    torch.manual_seed(seed)
-    lives_episodes = info is not None and info.family.name == "atari"
 
-    returns, frames, episode_return = [], [], 0.0
-    obs, reset_info = env.reset(seed=seed)
-    batch = inputs.reset(obs, reset_info)
-    try:  # a module made for other observations fails here, not mid-game
+
+def _check_module_fits(module, batch: Dict[str, Any], path: Path, env_id: str, env) -> None:
+    """A module made for other observations fails here, in one line, not mid-game."""
+    import torch
+
+    try:
         with torch.no_grad():
             module.forward_inference(batch)
     except Exception as error:
@@ -205,40 +233,74 @@ def evaluate_checkpoint(
             f"{getattr(module.observation_space, 'shape', None)}) does not fit env {env_id!r} "
             f"(observations of shape {getattr(env.observation_space, 'shape', None)}): {type(error).__name__}: "
             f"{str(error).strip().splitlines()[0][:200] if str(error).strip() else ''}") from None
-    recording = video is not None
-    while len(returns) < episodes:
-        with torch.no_grad():
-            out = module.forward_inference(batch)
-        logits = out[Columns.ACTION_DIST_INPUTS][0].double().numpy()
-        if greedy:
-            action = int(np.argmax(logits))
-        else:
-            probs = np.exp(logits - logits.max())
-            action = int(rng.choice(len(probs), p=probs / probs.sum()))
-        obs, reward, terminated, truncated, step_info = env.step(action)
-        episode_return += float(reward)
-        if recording and len(frames) < MAX_VIDEO_FRAMES:
-            frames.append(env.render())
-        game_over = False
-        if "game_return" in step_info:
-            returns.append(float(step_info["game_return"]))
-            game_over = True
-        elif (terminated or truncated) and not lives_episodes:
-            returns.append(episode_return)
-            game_over = True
-        if game_over and recording:
-            _write_video(frames, video, fps=env.metadata.get("render_fps", 30) or 30)
-            recording, frames = False, []
-        if terminated or truncated:
-            episode_return = 0.0
-            obs, reset_info = env.reset()
-            batch = inputs.reset(obs, reset_info)
-        else:
-            batch = inputs.step(obs, action, reward, step_info)
-    env.close()
 
+
+def choose_action(logits: np.ndarray, greedy: bool, rng: np.random.Generator) -> int:
+    """The action for `logits` (one state's): the argmax when `greedy`, else drawn from
+    their softmax with `rng`."""
+    if greedy:
+        return int(np.argmax(logits))
+    probs = np.exp(logits - logits.max())
+    return int(rng.choice(len(probs), p=probs / probs.sum()))
+
+
+class Game:
+    """Whole games of `env` played by `module` on the inputs training made
+    (`TrainingInputs`). A game ends where the env reports `game_return` (Atari: all
+    lives; `lives_episodes`, its episodes end with each life), else with the episode."""
+
+    def __init__(self, env, module, inputs: TrainingInputs, *, greedy: bool, rng: np.random.Generator,
+                 lives_episodes: bool):
+        self.env, self.module, self.inputs = env, module, inputs
+        self.greedy, self.rng, self.lives_episodes = greedy, rng, lives_episodes
+        self.batch: Optional[Dict[str, Any]] = None  # the module's input for the next step
+
+    def reset(self, seed: Optional[int] = None) -> None:
+        obs, reset_info = self.env.reset(seed=seed) if seed is not None else self.env.reset()
+        self.batch = self.inputs.reset(obs, reset_info)
+
+    def play(self, games: int, video: Optional[Path] = None) -> List[float]:
+        """The returns of `games` games from the current state; the first game's frames
+        (up to MAX_VIDEO_FRAMES) written to `video`."""
+        import torch
+        from ray.rllib.core.columns import Columns
+
+        returns: List[float] = []
+        frames: List[Any] = []
+        episode_return = 0.0
+        recording = video is not None
+        while len(returns) < games:
+            with torch.no_grad():
+                out = self.module.forward_inference(self.batch)
+            logits = out[Columns.ACTION_DIST_INPUTS][0].double().numpy()
+            action = choose_action(logits, self.greedy, self.rng)
+            obs, reward, terminated, truncated, step_info = self.env.step(action)
+            episode_return += float(reward)
+            if recording and len(frames) < MAX_VIDEO_FRAMES:
+                frames.append(self.env.render())
+            game_over = False
+            if "game_return" in step_info:
+                returns.append(float(step_info["game_return"]))
+                game_over = True
+            elif (terminated or truncated) and not self.lives_episodes:
+                returns.append(episode_return)
+                game_over = True
+            if game_over and recording:
+                _write_video(frames, video, fps=self.env.metadata.get("render_fps", 30) or 30)
+                recording, frames = False, []
+            if terminated or truncated:
+                episode_return = 0.0
+                self.reset()
+            else:
+                self.batch = self.inputs.step(obs, action, reward, step_info)
+        return returns
+
+
+def _summary(returns: List[float], path: Path, env_id: str, greedy: bool, episodes: int,
+             video: Optional[Path]) -> Dict[str, Any]:
+    """What evaluation.json holds: the games' returns and their statistics."""
     values = np.array(returns)
-    summary = {
+    return {
         "checkpoint": str(path),
         "env": env_id,
         "policy": "greedy" if greedy else "stochastic",
@@ -251,10 +313,3 @@ def evaluate_checkpoint(
         "returns": returns,
         "video": None if video is None else str(video),
     }
-    target = output if output is not None else path.parent / f"evaluation_{path.name}.json"
-    if target.suffix != ".json":
-        target = target / "evaluation.json"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(summary, indent=1))
-    summary["written_to"] = str(target)
-    return summary
