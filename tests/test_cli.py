@@ -7,10 +7,11 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
+
+from polling import wait_for
 
 CLI = [sys.executable, "-m", "hca_rllib"]
 SMALL = ["--num-envs-per-env-runner", "4", "--set", "train_batch_size_per_learner=256"]
@@ -141,15 +142,6 @@ def test_train_writes_results_config_checkpoint_tensorboard_and_wandb(tmp_path):
             assert secret.encode() not in path.read_bytes(), path
 
 
-def _wait_for(predicate, timeout):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.5)
-    return False
-
-
 @pytest.mark.slow  # a CLI subprocess (imports Ray and torch) that trains
 def test_kill_9_then_resume_continues_from_the_last_checkpoint(tmp_path):
     out = tmp_path / "run"
@@ -161,7 +153,7 @@ def test_kill_9_then_resume_continues_from_the_last_checkpoint(tmp_path):
         def progressed():
             done = [p for p in (out / "checkpoints").glob("iter_*")] if (out / "checkpoints").exists() else []
             return len(done) >= 2 and (out / "results.jsonl").exists() and len(results_so_far(out)) >= 8
-        assert _wait_for(progressed, 240), "training made no progress"
+        assert wait_for(progressed, 240), "training made no progress"
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the driver and its embedded Ray, mid-run
         proc.wait()

@@ -7,11 +7,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from polling import wait_for
 from test_cluster import BIN, _readme_commands, _run, cluster_dir  # noqa: F401 - a fixture
 
 CLI = [sys.executable, "-m", "hca_rllib"]
@@ -22,15 +22,6 @@ INTERRUPTED = "hca-rllib: interrupted; the last checkpoint is kept (resume with 
 def _rows(run_dir: Path):
     """Every line of results.jsonl, strictly: a torn line fails the test."""
     return [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
-
-
-def _wait_for(predicate, timeout: float) -> bool:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.5)
-    return False
 
 
 def _checkpointed(run_dir: Path, count: int):
@@ -61,7 +52,7 @@ def test_sigterm_ends_a_run_like_ctrl_c_and_resume_continues(tmp_path):
                              "--wandb", "off", "--output", str(out), *SMALL],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert _wait_for(_checkpointed(out, 2), 240), "training made no progress"
+        assert wait_for(_checkpointed(out, 2), 240), "training made no progress"
     finally:
         proc.send_signal(signal.SIGTERM)  # the driver only, as `kill PID` does
         _, stderr = proc.communicate(timeout=120)
@@ -92,7 +83,7 @@ def test_a_job_stopped_mid_run_resumes_when_submitted_again(cluster_dir):  # noq
                 env, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     try:
-        assert _wait_for(_checkpointed(run_dir, 2), 300), "the job made no progress"
+        assert wait_for(_checkpointed(run_dir, 2), 300), "the job made no progress"
     finally:
         stopped = _run(f"{export} && ray job stop {job_id}", env, timeout=120)
     assert stopped.returncode == 0, stopped.stdout[-2000:] + stopped.stderr[-2000:]
