@@ -45,7 +45,7 @@ vector step (benchmarks/results/throughput_fast/summary.md).
 from __future__ import annotations
 
 import logging
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import torch
 from torch import nn
@@ -133,9 +133,6 @@ def policy_plan(module, backends: ConvBackends, example_obs: torch.Tensor
     (up to the conv kernel's float rounding), or None when `module` is not the stock
     HCATorchRLModule structure. `example_obs`: a batch like the ones it will get (the
     conv backends are chosen for its shape the first time it is seen)."""
-    from ray.rllib.core.models.torch.encoder import TorchCNNEncoder, TorchMLPEncoder
-    from ray.rllib.core.models.torch.primitives import TorchCNN, TorchMLP
-
     from hca_rllib.module import HCATorchRLModule, Torso
 
     if type(module)._forward is not HCATorchRLModule._forward:
@@ -143,6 +140,45 @@ def policy_plan(module, backends: ConvBackends, example_obs: torch.Tensor
     torso, head = getattr(module, "pi_torso", None), getattr(module, "pi", None)
     if type(torso) is not Torso or type(head) is not nn.Linear:
         return None
+    steps = _torso_steps(torso)
+    if steps is None:
+        return None
+    is_cnn, flatten, cnn_steps, dense_before, post_steps = steps
+    scale = bool(torso.scale_uint8)
+    conv_kind = _conv_kinds(backends, cnn_steps, example_obs, scale) if is_cnn else {}
+    dense = dense_before + post_steps + [("linear", head)]
+
+    def logits(obs: torch.Tensor) -> torch.Tensor:
+        x = obs.float()
+        fresh = x is not obs
+        if scale:
+            if fresh:
+                x.div_(255.0)
+            else:
+                x = x / 255.0
+                fresh = True
+        if is_cnn:
+            x = x.permute(0, 3, 1, 2)
+            for i, (kind, layer) in enumerate(cnn_steps):
+                x = _apply(kind, layer, x, conv_kind.get(i, "onednn"), fresh)
+                fresh = True
+            x = x.permute(0, 2, 3, 1)
+            if flatten:
+                x = x.flatten(1)
+        for kind, layer in dense:
+            x = _apply(kind, layer, x, "onednn", fresh)
+            fresh = True
+        return x
+
+    return logits
+
+
+def _torso_steps(torso):
+    """`(is_cnn, flatten, cnn_steps, dense_before, post_steps)`: the stock torso's layers as
+    plan steps, or None when it is not the stock structure."""
+    from ray.rllib.core.models.torch.encoder import TorchCNNEncoder, TorchMLPEncoder
+    from ray.rllib.core.models.torch.primitives import TorchCNN, TorchMLP
+
     encoder = torso.encoder
     cnn_steps: list = []
     if type(encoder) is TorchCNNEncoder:
@@ -169,46 +205,22 @@ def policy_plan(module, backends: ConvBackends, example_obs: torch.Tensor
         return None
     if any(kind in ("conv", "pad") for kind, _ in dense_before + post_steps):
         return None
-    scale = bool(torso.scale_uint8)
-    is_cnn = type(encoder) is TorchCNNEncoder
+    return type(encoder) is TorchCNNEncoder, flatten, cnn_steps, dense_before, post_steps
 
-    # Pick each conv layer's kernel on a real batch (the layers' true inputs).
+
+def _conv_kinds(backends: ConvBackends, cnn_steps: list, example_obs: torch.Tensor, scale: bool) -> Dict[int, str]:
+    """Each conv layer's kernel, picked on a real batch (the layers' true inputs)."""
     conv_kind: Dict[int, str] = {}
-    if is_cnn:
-        with torch.inference_mode():
-            x = example_obs.float()
-            if scale:
-                x = x / 255.0
-            x = x.permute(0, 3, 1, 2)
-            for i, (kind, layer) in enumerate(cnn_steps):
-                if kind == "conv":
-                    conv_kind[i] = backends.choose(i, layer, x)
-                x = _apply(kind, layer, x, "onednn", fresh=False)
-    dense = dense_before + post_steps + [("linear", head)]
-
-    def logits(obs: torch.Tensor) -> torch.Tensor:
-        x = obs.float()
-        fresh = x is not obs
+    with torch.inference_mode():
+        x = example_obs.float()
         if scale:
-            if fresh:
-                x.div_(255.0)
-            else:
-                x = x / 255.0
-                fresh = True
-        if is_cnn:
-            x = x.permute(0, 3, 1, 2)
-            for i, (kind, layer) in enumerate(cnn_steps):
-                x = _apply(kind, layer, x, conv_kind.get(i, "onednn"), fresh)
-                fresh = True
-            x = x.permute(0, 2, 3, 1)
-            if flatten:
-                x = x.flatten(1)
-        for kind, layer in dense:
-            x = _apply(kind, layer, x, "onednn", fresh)
-            fresh = True
-        return x
-
-    return logits
+            x = x / 255.0
+        x = x.permute(0, 3, 1, 2)
+        for i, (kind, layer) in enumerate(cnn_steps):
+            if kind == "conv":
+                conv_kind[i] = backends.choose(i, layer, x)
+            x = _apply(kind, layer, x, "onednn", fresh=False)
+    return conv_kind
 
 
 def _apply(kind: str, layer, x: torch.Tensor, conv: str, fresh: bool) -> torch.Tensor:
