@@ -21,18 +21,15 @@ at the fragment: `credit_analysis.decision_information`). TARGET: fraction >= 0.
 key-to-door the apple steps carry information about their own reward, so only the
 per-step peak is reported: it is not a per-decision number.
 
-Options (`OPTIONS`): one factor at a time from the default (`hindsight_lr` 3x and 10x
-of lr 7e-4, `hindsight_epochs` 2 and 4, `hindsight.hiddens` [128, 128],
-`hindsight.return_input` advantage, `hindsight.balanced`, `hindsight_memory` 4 with 2
-epochs) and combinations of the best.
-
-`hindsight.return_input="advantage"`: the connector merges Z - V into the return
-statistics (`module.update_return_statistics(returns, values)`).
+Options (`OPTIONS`): one factor at a time from the earlier small classifier (`hindsight`
+[64], trained once per batch at the policy's learning rate: `default`): `hindsight_lr` 3x
+and 10x of lr 7e-4, `hindsight_epochs` 2 and 4, `hindsight.hiddens` [128, 128]; then
+combinations of the best. `h128_lr3x_ep4` is the package default's classifier.
 
 Reproduce (from the repository root):
 
     .venv/bin/python benchmarks/classifier_keepup.py --num-seeds 3 --time-limit-min 60
-    .venv/bin/python benchmarks/classifier_keepup.py --options default h128_lr10x_ep4_mem4 --num-seeds 5
+    .venv/bin/python benchmarks/classifier_keepup.py --options default h128_lr3x_ep4 --num-seeds 5
     .venv/bin/python benchmarks/classifier_keepup.py --report-only
     .venv/bin/python benchmarks/classifier_keepup.py --quick               # smoke test
 """
@@ -52,7 +49,6 @@ for _path in (str(REPO), str(BENCH_DIR)):
         sys.path.insert(0, _path)
 
 from common import (  # noqa: E402
-    with_batch_trust_defaults,
     bootstrap_ci,
     check_grid_args,
     command_line,
@@ -82,9 +78,10 @@ EARLY_ITERATIONS = 20
 
 SETTING_NAMES = ("delayed_effect_L30_sd0", "delayed_effect_L10_sd1", "key_to_door_L40_sd1")
 SETTINGS = {name: ANALYSIS_SETTINGS[name] for name in SETTING_NAMES}
-# The earlier default classifier, [64] trained once per batch (written out: the package
-# default is the `h128_lr3x_ep4` option).
-BASE = with_batch_trust_defaults({"credit": "a2c", "hindsight_loss_coeff": 1.0})
+# The earlier default classifier, [64] trained once per batch at the policy's learning
+# rate (written out: the package default is the `h128_lr3x_ep4` option).
+BASE = {"credit": "a2c", "hindsight_loss_coeff": 1.0, "hindsight_lr": None, "hindsight_epochs": 0,
+        "hindsight": {"hiddens": [64]}}
 BASELINE = "default"
 
 # Training overrides on top of BASE, by option name.
@@ -96,30 +93,16 @@ OPTIONS: Dict[str, Dict[str, Any]] = {
     "ep2": {"hindsight_epochs": 2},
     "ep4": {"hindsight_epochs": 4},
     "h128x2": {"hindsight": {"hiddens": [128, 128]}},
-    "advantage": {"hindsight": {"return_input": "advantage"}},
-    "balanced": {"hindsight": {"balanced": True}},
-    "ep2_mem4": {"hindsight_epochs": 2, "hindsight_memory": 4},
-    # combinations of the best single factors (hiddens, lr, epochs), then memory and
-    # balanced on top
+    # combinations of the best single factors (hiddens, lr, epochs)
     "h128_lr10x": {"hindsight_lr": 10 * LR, "hindsight": {"hiddens": [128, 128]}},
     "h128_lr10x_ep4": {"hindsight_lr": 10 * LR, "hindsight_epochs": 4,
                        "hindsight": {"hiddens": [128, 128]}},
-    "h128_lr10x_ep4_mem4": {"hindsight_lr": 10 * LR, "hindsight_epochs": 4,
-                            "hindsight_memory": 4, "hindsight": {"hiddens": [128, 128]}},
-    "h128_lr10x_ep4_mem4_bal": {"hindsight_lr": 10 * LR, "hindsight_epochs": 4,
-                                "hindsight_memory": 4,
-                                "hindsight": {"hiddens": [128, 128], "balanced": True}},
-    "h128_lr3x_ep4_mem4": {"hindsight_lr": 3 * LR, "hindsight_epochs": 4,
-                           "hindsight_memory": 4, "hindsight": {"hiddens": [128, 128]}},
-    # the same without memory: a fifth of the extra passes' cost (credit_cost.py)
+    # the package default's classifier
     "h128_lr3x_ep4": {"hindsight_lr": 3 * LR, "hindsight_epochs": 4,
                       "hindsight": {"hiddens": [128, 128]}},
 }
 QUICK_SETTINGS = ("delayed_effect_L10_sd1",)
-QUICK_OPTIONS = ("default", "all_new")
-# the quick mode runs every new option at once
-OPTIONS["all_new"] = {"hindsight_epochs": 1, "hindsight_memory": 2,
-                      "hindsight": {"return_input": "advantage", "balanced": True}}
+QUICK_OPTIONS = ("default", "h128_lr3x_ep4")
 
 
 def overrides(option: str) -> Dict[str, Any]:
@@ -295,9 +278,8 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    scan = [o for o in OPTIONS if o != "all_new"]
     names, options, seeds = grid_selection(
-        args, subset="settings", names=SETTINGS, quick_names=QUICK_SETTINGS, methods=scan,
+        args, subset="settings", names=SETTINGS, quick_names=QUICK_SETTINGS, methods=list(OPTIONS),
         quick_methods=QUICK_OPTIONS, full_seeds=FULL_SEEDS, quick_seeds=1)
     steps = args.steps or (QUICK_STEPS if args.quick else STEPS)
     if not args.report_only:

@@ -69,6 +69,7 @@ def window_mean(returns: Sequence[float], k: int) -> Optional[float]:
 # The one episode recorder: HCAConfig's default callback fills an `EpisodeLog` attached
 # to the local EnvRunner (re-exported here for the benchmark scripts).
 from hca_rllib.callbacks import EpisodeLog  # noqa: E402,F401
+from hca_rllib.fields import upgrade_state  # noqa: E402
 
 
 def lifetime_env_steps(result: Dict[str, Any]) -> int:
@@ -91,37 +92,31 @@ def nan_mean(values: Iterable[Optional[float]]) -> Optional[float]:
 # ---------------------------------------------------------------- run store/control
 
 
-# `expected_hca` with evidence trust, the larger, faster classifier, 4 extra passes over
-# this batch and a memory of the last 4, written out so that its stored runs stay what
-# they were whatever the defaults become (the benchmarks' `expected_hca` method). Under
-# full trust it lost on MinAtar and ran at 0.74x A2C's steps/s (the memory's passes).
-EXPECTED_HCA_MEMORY: Dict[str, Any] = {
-    "credit": "expected_hca", "trust": "evidence", "trust_decay": 0.99,
-    "hindsight": {"hiddens": [128, 128]}, "hindsight_lr": 2.1e-3, "hindsight_epochs": 4,
-    "hindsight_memory": 4,
-}
-# The package's default credit mode, written out: the above with the calibration scale in
-# the trust (`trust_calibration="blend"`) and no memory (0.95x A2C instead of 0.74x in
-# `credit_cost.py`). The benchmarks' `expected_hca_blend_nomem` method is this.
+# The package's default credit mode, written out so that its stored runs stay what they
+# were whatever the defaults become (the benchmarks' `expected_hca_blend_nomem` method:
+# expected HCA with the evidence trust, the calibration scale in the trust, no memory).
 DEFAULT_CREDIT: Dict[str, Any] = {
-    **EXPECTED_HCA_MEMORY, "trust_calibration": "blend", "hindsight_memory": 0,
+    "credit": "expected_hca", "trust": "evidence", "hindsight": {"hiddens": [128, 128]},
+    "hindsight_lr": 2.1e-3, "hindsight_epochs": 4,
 }
-# The older package defaults that the stored runs of the older methods used: the
-# batch-mean trust with decay 0.9 and the small classifier, trained once per batch at the
-# policy's learning rate.
-BATCH_TRUST_DEFAULTS: Dict[str, Any] = {
-    "trust": "batch", "trust_decay": 0.9, "hindsight_lr": None, "hindsight_epochs": 0,
-    "hindsight_memory": 0,
+# A2C, with a small classifier ([64], trained once per batch at the policy's learning
+# rate, as in the earlier runs) beside it for the diagnostics only: its own optimizer and
+# a detached torso, so the policy's update is A2C's (the benchmarks' `a2c` method).
+A2C_WITH_CLASSIFIER: Dict[str, Any] = {
+    "credit": "a2c", "hindsight_loss_coeff": 1.0, "hindsight_lr": None, "hindsight_epochs": 0,
+    "hindsight": {"hiddens": [64]},
 }
-
-
-def with_batch_trust_defaults(overrides: Dict[str, Any]) -> Dict[str, Any]:
-    """`overrides` with the older defaults (`BATCH_TRUST_DEFAULTS`, the classifier's
-    `hiddens` [64]) written out for every field it leaves unset: the run it names stays
-    the run it was."""
-    out = {**BATCH_TRUST_DEFAULTS, **overrides}
-    out["hindsight"] = {"hiddens": [64], **overrides.get("hindsight", {})}
-    return out
+# The credit modes at the default's trust and classifier (the `_blend_nomem` suffix: the
+# calibration scale in the trust, no classifier memory) and without the trust (`_pure`).
+CREDIT_METHODS: Dict[str, Dict[str, Any]] = {
+    "a2c": A2C_WITH_CLASSIFIER,
+    "expected_hca_blend_nomem": DEFAULT_CREDIT,
+    "hca_blend_nomem": {**DEFAULT_CREDIT, "credit": "hca"},
+    "c2a2c_blend_nomem": {**DEFAULT_CREDIT, "credit": "c2a2c"},
+    "expected_hca_pure_nomem": {**DEFAULT_CREDIT, "trust": None},
+    "hca_pure_nomem": {**DEFAULT_CREDIT, "credit": "hca", "trust": None},
+    "c2a2c_pure_nomem": {**DEFAULT_CREDIT, "credit": "c2a2c", "trust": None},
+}
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -498,7 +493,12 @@ def setting_mismatch(stored: Dict[str, Any], overrides: Dict[str, Any], env_id: 
     """Why a stored run is not the run of `overrides` on `env_id` (and `env_config`, when
     given), or None: the check that keeps runs of different settings out of one `--out`."""
     overrides = json.loads(json.dumps(overrides))
-    if stored.get("overrides") != overrides:
+    stored_overrides = stored.get("overrides")
+    try:  # a run stored by 0.1.0 names removed fields: the same run where they hold their defaults
+        stored_overrides = upgrade_state(stored_overrides) if isinstance(stored_overrides, dict) else stored_overrides
+    except ValueError as error:
+        return f"stored overrides {stored.get('overrides')}: {error}"
+    if stored_overrides != overrides:
         return f"stored overrides {stored.get('overrides')} differ from {overrides}"
     if stored.get("env_id") != env_id or (
             env_config is not None and stored.get("env_config") != json.loads(json.dumps(env_config))):

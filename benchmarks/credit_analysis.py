@@ -11,10 +11,11 @@ with every method on the same seeds, budget and machine:
     in between are the distractor. Settings: distractor_length 5, 20, 40 at
     apple_noise_std 1, and apple_noise_std 0, 3, 6 at distractor_length 20.
 
-Methods: `a2c` (classifier trained for the diagnostics only), `hca`, `hca_pure`
-(`trust=None`: no fallback toward A2C), `c2a2c` and `mix`; package defaults
-otherwise (8 envs x 64-step rollouts, one update per iteration), 30k env steps per run,
-seeds 0..4.
+Methods (`common.CREDIT_METHODS`): `a2c` (classifier trained for the diagnostics only),
+the package default `expected_hca_blend_nomem`, `hca_blend_nomem` and `c2a2c_blend_nomem`
+(the other credit modes at the default's trust and classifier), and the three without
+the trust (`*_pure_nomem`: no fallback toward A2C); package defaults otherwise (8 envs x
+64-step rollouts, one update per iteration), 30k env steps per run, seeds 0..4.
 
 Score: the learned policy's probability of the optimal first action (first action 0 /
 pick the key) at the start state at the end of training, read from the learner's module.
@@ -66,8 +67,7 @@ for _path in (str(REPO), str(BENCH_DIR)):
         sys.path.insert(0, _path)
 
 from common import (  # noqa: E402
-    DEFAULT_CREDIT, EXPECTED_HCA_MEMORY,
-    with_batch_trust_defaults,
+    CREDIT_METHODS,
     bootstrap_ci,
     check_grid_args,
     cell_path,
@@ -102,27 +102,10 @@ SCREEN_SEEDS = (0, 1)
 KEY_TO_DOOR_TARGET_SETTINGS = ("key_to_door_L40_sd1", "key_to_door_L20_sd6")
 KEY_TO_DOOR_MARGIN = 0.05
 
-METHODS: Dict[str, Dict[str, Any]] = {
-    # The earlier defaults (the settings of their stored runs, written out).
-    "a2c": with_batch_trust_defaults({"credit": "a2c", "hindsight_loss_coeff": 1.0}),
-    "hca_batch": with_batch_trust_defaults({"credit": "hca"}),
-    "hca_pure": with_batch_trust_defaults({"credit": "hca", "trust": None}),
-    "c2a2c": with_batch_trust_defaults({"credit": "c2a2c"}),
-    "mix": with_batch_trust_defaults({"credit": "mix"}),
-    # Expected HCA with classifier memory (wins here, loses on MinAtar: docs/results.md), its pure estimator, and hca with its trust and
-    # classifier.
-    "expected_hca": dict(EXPECTED_HCA_MEMORY),
-    "expected_hca_pure": {**EXPECTED_HCA_MEMORY, "trust": None},
-    "hca_evidence": {**EXPECTED_HCA_MEMORY, "credit": "hca"},
-    # The same with the calibration scale in the trust (what stops its MinAtar loss).
-    "expected_hca_blend": {**EXPECTED_HCA_MEMORY, "trust_calibration": "blend"},
-    # The package default (common.DEFAULT_CREDIT): the blend without memory.
-    "expected_hca_blend_nomem": dict(DEFAULT_CREDIT),
-}
-COLORS = {"a2c": "black", "hca_batch": "tab:blue", "hca_pure": "tab:cyan", "c2a2c": "tab:orange",
-          "mix": "tab:purple", "expected_hca": "tab:red", "expected_hca_pure": "tab:pink",
-          "hca_evidence": "tab:green", "expected_hca_blend": "tab:olive",
-          "expected_hca_blend_nomem": "tab:brown"}
+METHODS: Dict[str, Dict[str, Any]] = dict(CREDIT_METHODS)
+COLORS = {"a2c": "black", "expected_hca_blend_nomem": "tab:red", "hca_blend_nomem": "tab:blue",
+          "c2a2c_blend_nomem": "tab:orange", "expected_hca_pure_nomem": "tab:pink",
+          "hca_pure_nomem": "tab:cyan", "c2a2c_pure_nomem": "tab:brown"}
 KEY_TO_DOOR_FIXED = {"apple_prob": 0.3, "apple_reward": 1.0, "door_reward": 5.0}
 
 
@@ -221,7 +204,7 @@ def settings() -> Dict[str, Dict[str, Any]]:
 
 SETTINGS = settings()
 QUICK_SETTINGS = ("delayed_effect_L3_sd1", "key_to_door_L5_sd1")
-QUICK_METHODS = ("a2c", "hca_pure")
+QUICK_METHODS = ("a2c", "hca_pure_nomem")
 
 
 def _axis_members(name: str) -> List[str]:
@@ -395,12 +378,11 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
         "still explores) and its last-10-iteration mean (the policy has mostly converged, "
         "so I(A;Z|S) <= H(A|S) is small); x episode length it is comparable to the "
         "information at the decision when the decision is the only informative step; "
-        "w = the trust in the classifier (last 10 iterations) of hca_batch (the batch-mean "
-        "trust, an earlier default) and of expected_hca (the evidence trust of the "
-        "most informative bin, the current default).",
+        "w = the trust in the classifier (last 10 iterations) of the default, "
+        "expected_hca_blend_nomem (the evidence trust).",
         "",
         "| setting | I(A;Z\\|S0) nats (key-to-door: Gaussian approx.) | visible | "
-        "MI diag peak / last (a2c) | w (hca_batch / expected_hca) | "
+        "MI diag peak / last (a2c) | w (default) | "
         + " | ".join(METHODS) + " |",
         "|---|---|---|---|---|" + "---|" * len(METHODS),
     ]
@@ -421,7 +403,7 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
             cells.append(text + f" (n={len(s['seeds'])})")
         mi = methods.get(BASELINE, {}).get("mutual_information_last10")
         mi_peak = methods.get(BASELINE, {}).get("mutual_information_peak")
-        w = " / ".join(fmt(methods.get(m, {}).get("trust_last10")) for m in ("hca_batch", "expected_hca"))
+        w = fmt(methods.get(DEFAULT_METHOD, {}).get("trust_last10"))
         lines.append(f"| {name} | {info['information']:.3f} | "
                      f"{info['fragment_visible_fraction']:.2f} | {fmt(mi_peak, 4)} / "
                      f"{fmt(mi, 4)} | {w} | "

@@ -11,9 +11,8 @@ updates) with four horizons:
   * `H64`: 8 envs x 64-step fragments (the package default),
   * `H128`: 4 envs x 128 steps,
   * `H256`: 2 envs x 256 steps,
-  * `episodes`: 8 envs, `batch_mode="complete_episodes"` and `return_mode="monte_carlo"`
-    (every return runs to the end of its episode; a batch is at least 512 steps of
-    complete episodes).
+  * `episodes`: 8 envs, `batch_mode="complete_episodes"` (every return runs to the end of
+    its episode; a batch is at least 512 steps of complete episodes).
 
 on three settings of `benchmarks/credit_analysis.py` where the fragment cuts the outcome
 (delayed effect length 30 and 60 at noise 1; key-to-door with 40 apples), seeds 0..4,
@@ -67,7 +66,7 @@ HORIZONS: Dict[str, tuple] = {"H64": (8, 64), "H128": (4, 128), "H256": (2, 256)
 CELLS = {f"{s}__{h}": (s, h) for s in BASE_SETTINGS for h in HORIZONS}
 QUICK_CELLS = ("delayed_effect_L30_sd1__H64", "delayed_effect_L30_sd1__episodes")
 QUICK_METHODS = ("a2c",)
-DEFAULT_METHODS = ("a2c", "hca_batch", "expected_hca_blend_nomem")
+DEFAULT_METHODS = ("a2c", "hca_blend_nomem", "expected_hca_blend_nomem")
 
 
 def base_config(cell: str):
@@ -80,9 +79,8 @@ def base_config(cell: str):
                   .environment(spec["env_id"], env_config=copy.deepcopy(spec["env_config"]))
                   .training(train_batch_size_per_learner=BATCH))
         if fragment is None:
-            return (config.env_runners(num_env_runners=0, num_envs_per_env_runner=envs,
-                                       batch_mode="complete_episodes")
-                    .training(return_mode="monte_carlo"))
+            return config.env_runners(num_env_runners=0, num_envs_per_env_runner=envs,
+                                      batch_mode="complete_episodes")
         return config.env_runners(num_env_runners=0, num_envs_per_env_runner=envs,
                                   rollout_fragment_length=fragment)
     return build

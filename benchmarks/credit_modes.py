@@ -1,15 +1,13 @@
 """Credit modes benchmark: every `credit=` mode of `HCAConfig` against A2C, paired.
 
-Methods (name -> `HCAConfig().training(...)` overrides on the package defaults):
-  * a2c         credit="a2c", hindsight_loss_coeff=1.0 (the classifier is trained for
-                the diagnostics only: its own optimizer, detached torso; it does not
-                touch the policy update)
-  * hca         credit="hca"
-  * c2a2c       credit="c2a2c" (default: soft gate)
-  * c2a2c_hard  credit="c2a2c", c2a2c_soft=False
-  * mix         credit="mix"
-  * hca_pure    credit="hca", trust=None (no fallback toward A2C)
-  * c2a2c_pure  credit="c2a2c", trust=None
+Methods (name -> `HCAConfig().training(...)` overrides, `common.CREDIT_METHODS`):
+  * a2c                       credit="a2c", hindsight_loss_coeff=1.0 (a small classifier
+                              is trained for the diagnostics only: its own optimizer,
+                              detached torso; it does not touch the policy update)
+  * expected_hca_blend_nomem  the package default (`common.DEFAULT_CREDIT`)
+  * hca_blend_nomem           the same with credit="hca"
+  * c2a2c_blend_nomem         the same with credit="c2a2c"
+  * *_pure_nomem              the three without the trust (trust=None: no fallback toward A2C)
 
 Tasks (name -> env id, env_config, env-step budget, final-score window):
   * bandit            HCA/AmbiguousBandit-v0, defaults,                  30k, last 100 episodes
@@ -80,9 +78,7 @@ for _path in (str(REPO), str(BENCH_DIR)):
 from hca_rllib.runner import RESULT_KEYS, training_iterations  # noqa: E402
 
 from common import (  # noqa: E402  (benchmarks/common.py, found via BENCH_DIR)
-    DEFAULT_CREDIT,
-    EXPECTED_HCA_MEMORY,
-    with_batch_trust_defaults,
+    CREDIT_METHODS,
     DIAGNOSTICS_LAST,
     EpisodeLog,
     cell_path,
@@ -116,26 +112,13 @@ BATCH = 512
 FULL_SEEDS = 5
 QUICK_STEPS = 5_000
 QUICK_TASKS = ("bandit", "cartpole")
-QUICK_METHODS = ("a2c", "expected_hca")
+QUICK_METHODS = ("a2c", "expected_hca_blend_nomem")
 DIAGNOSTICS_WINDOW = DIAGNOSTICS_LAST  # summary: mean of the last 10 iterations (stored per run)
 SMOOTH_ITERATIONS = 5  # plots only: trailing mean over this many iterations per seed
 BASELINE = "a2c"
 
 # Method name -> `.training(...)` overrides.
-METHODS: Dict[str, Dict[str, Any]] = {
-    # The earlier defaults (the settings of their stored runs, written out).
-    "a2c": with_batch_trust_defaults({"credit": "a2c", "hindsight_loss_coeff": 1.0}),
-    "hca_batch": with_batch_trust_defaults({"credit": "hca"}),
-    "c2a2c": with_batch_trust_defaults({"credit": "c2a2c"}),
-    "c2a2c_hard": with_batch_trust_defaults({"credit": "c2a2c", "c2a2c_soft": False}),
-    "mix": with_batch_trust_defaults({"credit": "mix"}),
-    "hca_pure": with_batch_trust_defaults({"credit": "hca", "trust": None}),
-    "c2a2c_pure": with_batch_trust_defaults({"credit": "c2a2c", "trust": None}),
-    # Expected HCA with classifier memory (not the default: see docs/results.md).
-    "expected_hca": dict(EXPECTED_HCA_MEMORY),
-    # The package default (common.DEFAULT_CREDIT): the blend without memory.
-    "expected_hca_blend_nomem": dict(DEFAULT_CREDIT),
-}
+METHODS: Dict[str, Dict[str, Any]] = dict(CREDIT_METHODS)
 
 def _delayed_effect_task(length: int, noise_std: float, noise_note: str) -> Dict[str, Any]:
     return {
@@ -197,8 +180,9 @@ DIAGNOSTIC_LABELS = {
     "hca/advantage_correlation": "corr(A, A_GAE)",
 }
 COLORS = {
-    "a2c": "black", "hca_batch": "tab:blue", "expected_hca": "tab:red", "c2a2c": "tab:orange", "c2a2c_hard": "tab:green", "mix": "tab:purple", "hca_pure": "tab:cyan",
-    "c2a2c_pure": "tab:brown",
+    "a2c": "black", "expected_hca_blend_nomem": "tab:red", "hca_blend_nomem": "tab:blue",
+    "c2a2c_blend_nomem": "tab:orange", "expected_hca_pure_nomem": "tab:pink", "hca_pure_nomem": "tab:cyan",
+    "c2a2c_pure_nomem": "tab:brown",
 }
 
 

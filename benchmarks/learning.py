@@ -1,12 +1,11 @@
 """Learning benchmark: A2C against the credit modes on MinAtar and bsuite's credit tasks.
 
-Methods (name -> `.training(...)` overrides, as in `credit_modes.py`):
-  * a2c    credit="a2c", hindsight_loss_coeff=1.0 (the classifier is trained beside the
-           policy for the diagnostics only; it does not touch the policy update)
-  * hca    credit="hca"
-  * c2a2c  credit="c2a2c" (soft gate, the default)
-  * mix    credit="mix"
-  * hca_pure  credit="hca", trust=None (not in the default grid: `--methods`)
+Methods (name -> `.training(...)` overrides, `common.CREDIT_METHODS` as in
+`credit_modes.py`): `a2c` (credit="a2c", hindsight_loss_coeff=1.0: a small classifier is
+trained beside the policy for the diagnostics only; it does not touch the policy update),
+the package default `expected_hca_blend_nomem`, `hca_blend_nomem` and `c2a2c_blend_nomem`;
+not in the default grid (`--methods`): the `*_pure_nomem` modes (trust=None) and
+`a2c_candidate_classifier` (A2C's update with the default's classifier beside it).
 
 Tasks (name -> env id, env-step budget; `TASKS` below):
   * MinAtar, all five games (`minatar/<Game>`): `tuned_examples/common.minatar_config`
@@ -78,8 +77,8 @@ for _path in (str(REPO), str(BENCH_DIR)):
         sys.path.insert(0, _path)
 
 from common import (  # noqa: E402
-    DEFAULT_CREDIT, EXPECTED_HCA_MEMORY,
-    with_batch_trust_defaults,
+    CREDIT_METHODS,
+    DEFAULT_CREDIT,
     check_grid_args,
     cell_path,
     command_line,
@@ -118,31 +117,21 @@ RANDOM_EPISODES = 100
 BASELINE = "a2c"
 QUICK_STEPS = 3_000
 QUICK_TASKS = ("minatar_Breakout", "umbrella_length_10")
-QUICK_METHODS = ("a2c", "expected_hca")
+QUICK_METHODS = ("a2c", "expected_hca_blend_nomem")
 DEFAULT_METHOD = "expected_hca_blend_nomem"  # the package default (common.DEFAULT_CREDIT)
 
 METHODS: Dict[str, Dict[str, Any]] = {
-    # The earlier defaults (the settings of their stored runs, written out).
-    "a2c": with_batch_trust_defaults({"credit": "a2c", "hindsight_loss_coeff": 1.0}),
-    "hca_batch": with_batch_trust_defaults({"credit": "hca"}),
-    "c2a2c": with_batch_trust_defaults({"credit": "c2a2c"}),
-    "mix": with_batch_trust_defaults({"credit": "mix"}),
-    "hca_pure": with_batch_trust_defaults({"credit": "hca", "trust": None}),
-    # Expected HCA with classifier memory (not the default: see docs/results.md).
-    "expected_hca": dict(EXPECTED_HCA_MEMORY),
-    # The same with the calibration scale in the trust (the fix for its MinAtar loss).
-    "expected_hca_blend": {**EXPECTED_HCA_MEMORY, "trust_calibration": "blend"},
-    # The package default (common.DEFAULT_CREDIT): the blend without memory.
-    "expected_hca_blend_nomem": dict(DEFAULT_CREDIT),
+    **CREDIT_METHODS,
     # A control: A2C's update with the default's classifier trained beside it
     # (its diagnostics, its cost and its random-number path), to tell the credit from the
     # rest on a task where A2C itself is a lottery over seeds (Freeway).
     "a2c_candidate_classifier": {**DEFAULT_CREDIT, "credit": "a2c"},
 }
-DEFAULT_METHODS = ("a2c", "hca_batch", "c2a2c", "mix", "expected_hca")
-COLORS = {"a2c": "black", "hca_batch": "tab:blue", "c2a2c": "tab:orange", "mix": "tab:purple",
-          "hca_pure": "tab:cyan", "expected_hca": "tab:red", "expected_hca_blend": "tab:pink",
-          "expected_hca_blend_nomem": "tab:green", "a2c_candidate_classifier": "tab:gray"}
+DEFAULT_METHODS = ("a2c", "expected_hca_blend_nomem", "hca_blend_nomem", "c2a2c_blend_nomem")
+COLORS = {"a2c": "black", "expected_hca_blend_nomem": "tab:red", "hca_blend_nomem": "tab:blue",
+          "c2a2c_blend_nomem": "tab:orange", "expected_hca_pure_nomem": "tab:pink",
+          "hca_pure_nomem": "tab:cyan", "c2a2c_pure_nomem": "tab:brown",
+          "a2c_candidate_classifier": "tab:gray"}
 
 MINATAR_GAMES = ("Breakout", "Asterix", "Freeway", "Seaquest", "SpaceInvaders")
 

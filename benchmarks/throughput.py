@@ -26,22 +26,18 @@ Methods (same names in both settings where they exist):
 * ``a2c``: ``hca_rllib.A2CConfig`` (MinAtar: ``A2CConfig().environment("minatar/Breakout")``
   with its defaults; Atari: ``atari_config("Pong", "A2C")``), one local EnvRunner
   (``num_env_runners=0``), local learner. The denominator of every ratio.
-* ``a2c_overlap``: ``a2c_lean`` with ``env_runners(sampler_overlap=True)``: the envs as
-  two groups, the policy's forward pass on one group's observations while the other
-  group steps (Atari: two ale-py C++ vector envs of 8, ``send``/``recv``; MinAtar: two
-  ``SyncVectorEnv`` of 4, one stepping in a worker thread).
 * ``a2c_lean``, ``a2c_rllib``: the same A2C with ``env_runners(sampler="lean")``
   (``hca_rllib.env_runner.LeanEnvRunner``) and ``sampler="rllib"`` (RLlib's
   ``SingleAgentEnvRunner`` and its connector pipelines): the two sampling paths in one
   run (``a2c`` is whichever is the default).
 * ``a2c_plain_act``: the lean sampler without ``hca_rllib.fast_policy``
   (``PlainLeanEnvRunner``: the module's ``_forward_exploration`` and
-  ``torch.distributions.Categorical`` each step, as before issue 12's fast pass): the
-  before/after comparison of that pass in one run.
+  ``torch.distributions.Categorical`` each step): what the fast policy step buys, in one
+  run.
 * ``a2c_stock_step`` (MinAtar only): the lean sampler stepping the ``SyncVectorEnv``
   through its own ``step`` (``StockStepLeanEnvRunner``: ``direct_vector_step = False``,
-  as before issue 12's direct step): the before/after comparison of that step in one run.
-* ``hca``, ``c2a2c``, ``mix``: ``HCAConfig`` with that ``credit``, same setting, the
+  the SyncVectorEnv's own step): what the direct vector step buys, in one run.
+* ``hca``, ``c2a2c``, ``expected_hca``: ``HCAConfig`` with that ``credit``, same setting, the
   hindsight classifier trained every iteration (its defaults).
 * ``a2c_rllib_learner``, ``hca_rllib_learner``: ``a2c`` and ``hca`` with
   ``learners(learner_path="rllib")`` (RLlib's learner connector pieces after
@@ -164,7 +160,7 @@ Reproduce (from the repository root):
     .venv/bin/python benchmarks/throughput.py --quick       # smoke test (~2 min), temp dir
 
 Writes ``results.json`` (every measurement, the command line, the machine) and
-``summary.md`` (the tables, the targets of the throughput issue, the projection) into
+``summary.md`` (the tables, the throughput targets, the projection) into
 ``--out``; ``--report-only`` rewrites ``summary.md`` from ``results.json``.
 """
 
@@ -207,11 +203,11 @@ SETTINGS: Dict[str, Dict[str, Any]] = {
                              "C++ vector env, 4 stacked frames, Nature CNN"},
 }
 METHODS: Dict[str, Tuple[str, ...]] = {
-    "minatar": ("a2c", "a2c_lean", "a2c_plain_act", "a2c_stock_step", "a2c_overlap", "a2c_rllib", "a2c_rllib_learner", "hca", "hca_rllib_learner",
-                "c2a2c", "mix", "ppo_1epoch", "ppo_1epoch_rllib_module", "sb3_a2c", "sb3_a2c_mlp",
+    "minatar": ("a2c", "a2c_lean", "a2c_plain_act", "a2c_stock_step", "a2c_rllib", "a2c_rllib_learner", "hca", "hca_rllib_learner",
+                "c2a2c", "expected_hca", "ppo_1epoch", "ppo_1epoch_rllib_module", "sb3_a2c", "sb3_a2c_mlp",
                 "a2c_runners1", "a2c_runners2"),
-    "atari": ("a2c", "a2c_lean", "a2c_plain_act", "a2c_overlap", "a2c_rllib", "a2c_rllib_learner", "hca", "hca_rllib_learner",
-              "c2a2c", "mix", "ppo_1epoch", "sb3_a2c", "a2c_runners1", "a2c_runners2"),
+    "atari": ("a2c", "a2c_lean", "a2c_plain_act", "a2c_rllib", "a2c_rllib_learner", "hca", "hca_rllib_learner",
+              "c2a2c", "expected_hca", "ppo_1epoch", "sb3_a2c", "a2c_runners1", "a2c_runners2"),
 }
 # The methods on RLlib's learner path, and the method each is the counterpart of.
 RLLIB_LEARNER_SUFFIX = "_rllib_learner"
@@ -226,12 +222,11 @@ LABELS = {
     "a2c_rllib": "A2C, sampler='rllib' (RLlib's SingleAgentEnvRunner)",
     "a2c_plain_act": "A2C, sampler='lean' without fast_policy (the module's forward + Categorical per step)",
     "a2c_stock_step": "A2C, sampler='lean' through SyncVectorEnv.step (no direct vector step)",
-    "a2c_overlap": "A2C, sampler='lean', sampler_overlap=True (two groups of envs, double-buffered)",
     "a2c_rllib_learner": "A2C, learner_path='rllib' (RLlib's learner connector pieces)",
     "hca": "HCA credit=hca",
     "hca_rllib_learner": "HCA credit=hca, learner_path='rllib'",
     "c2a2c": "HCA credit=c2a2c",
-    "mix": "HCA credit=mix",
+    "expected_hca": "HCA credit=expected_hca (the default)",
     "ppo_1epoch": "RLlib PPO, 1 epoch, 1 minibatch, same network (our RLModule)",
     "ppo_1epoch_rllib_module": "extra: RLlib PPO, 1 epoch, RLlib's default PPO module",
     "sb3_a2c": "SB3 A2C, same network",
@@ -239,7 +234,7 @@ LABELS = {
     "a2c_runners1": "A2C, 1 remote EnvRunner",
     "a2c_runners2": "A2C, 2 remote EnvRunners",
 }
-# SB3's A2C on MinAtar Breakout, 8 envs x 64 steps, these 2 cores (issue 6's reference).
+# SB3's A2C on MinAtar Breakout, 8 envs x 64 steps, on 2 cores (the reference measured with SB3).
 SB3_REFERENCE_STEPS_PER_S = 6500
 SPLIT_PIECES = ("connector", "forward", "hindsight", "loss", "backward", "step")
 SPLIT_LABELS = {
@@ -286,7 +281,7 @@ def stack_frames_learner(input_observation_space=None, input_action_space=None):
 
 
 def ours_config(env: str, method: str, quick: bool = False):
-    """A2C / HCA config of `method` (a2c, hca, c2a2c, mix, a2c_runners<k>) in `env`."""
+    """A2C / HCA config of `method` (a2c, hca, c2a2c, expected_hca, a2c_runners<k>) in `env`."""
     import hca_rllib  # noqa: F401  (registers the env ids)
     from hca_rllib import A2CConfig, HCAConfig
 
@@ -295,8 +290,7 @@ def ours_config(env: str, method: str, quick: bool = False):
         method, learner_path = method[:-len(RLLIB_LEARNER_SUFFIX)], "rllib"
     runners = int(method[-1]) if method.startswith("a2c_runners") else 0
     credit = method if method in HINDSIGHT_CREDIT_MODES else None
-    sampler = {"a2c_lean": "lean", "a2c_rllib": "rllib", "a2c_overlap": "lean"}.get(method)
-    overlap = method == "a2c_overlap"
+    sampler = {"a2c_lean": "lean", "a2c_rllib": "rllib"}.get(method)
     if env == "atari":
         from tuned_examples.common import atari_config
 
@@ -314,8 +308,6 @@ def ours_config(env: str, method: str, quick: bool = False):
         config = config.env_runners(num_cpus_per_env_runner=0.5)
     if sampler:
         config = config.env_runners(sampler=sampler)
-    if overlap:
-        config = config.env_runners(sampler_overlap=True)
     if method == "a2c_plain_act":
         from hca_rllib.env_runner import PlainLeanEnvRunner
 
@@ -946,7 +938,7 @@ def batch_of(env: str, method: str) -> int:
 
 
 def targets(data: Dict[str, Any]) -> List[Dict[str, Any]]:
-    """The issue's targets, judged on wall-clock steps/s (same-round ratios); beside each,
+    """The throughput targets, judged on wall-clock steps/s (same-round ratios); beside each,
     the same comparison in steps per CPU-second (driver + EnvRunner processes), which the
     other load on the machine disturbs much less."""
     out = []
@@ -982,17 +974,9 @@ def targets(data: Dict[str, Any]) -> List[Dict[str, Any]]:
             "a2c_rllib_learner")
         add("lean learner path >= RLlib's (HCA)", "hca / hca_rllib_learner", "hca",
             "hca_rllib_learner")
-        lean_target = 1.5 if env == "minatar" else 1.0  # issue 12, per CPU-second
-        add(f"A2C lean >= {lean_target} x SB3 A2C (same network; issue 12, per CPU-second)",
+        lean_target = 1.5 if env == "minatar" else 1.0  # per CPU-second
+        add(f"A2C lean >= {lean_target} x SB3 A2C (same network; per CPU-second)",
             "a2c_lean / SB3", "a2c_lean", "sb3_a2c", lean_target)
-        # Issue 12, "use the second core": wall-clock targets with both cores in use.
-        core_wall, core_cpu = (1.2, 1.5) if env == "minatar" else (1.5, 1.0)
-        add(f"A2C overlap >= {core_wall} x SB3 A2C (issue 12, wall clock, both cores)",
-            "a2c_overlap / SB3", "a2c_overlap", "sb3_a2c", core_wall)
-        add(f"A2C overlap >= {core_cpu} x SB3 A2C (issue 12, per CPU-second: the CPU column)",
-            "a2c_overlap / SB3", "a2c_overlap", "sb3_a2c", core_cpu)
-        add("sampler_overlap >= without it (A2C, lean sampler)", "a2c_overlap / a2c_lean",
-            "a2c_overlap", "a2c_lean")
         add("A2C (0 runners) >= SB3 A2C (same network)", "A2C / SB3", "a2c", "sb3_a2c")
         add("HCA (0 runners) >= SB3 A2C (same network)", "HCA / SB3", "hca", "sb3_a2c")
         candidates = [m for m in ("a2c", "a2c_runners1", "a2c_runners2")
@@ -1004,7 +988,7 @@ def targets(data: Dict[str, Any]) -> List[Dict[str, Any]]:
         if env == "minatar" and summary.get("a2c"):
             a2c = summary["a2c"]["steps_per_s_median"]
             out.append({"env": env, "target": f"A2C >= {SB3_REFERENCE_STEPS_PER_S:,} steps/s "
-                        "(issue's SB3 reference, absolute, measured in another run)",
+                        "(the SB3 reference, absolute, measured in another run)",
                         "value": f"{a2c:,.0f} steps/s",
                         "ratio_wall": a2c / SB3_REFERENCE_STEPS_PER_S,
                         "ratio_cpu": None, "threshold": 1.0,
@@ -1295,7 +1279,7 @@ def write_summary(out: Path, data: Dict[str, Any]) -> str:
         lines += [f"## {SETTINGS[env]['title']}", "", SETTINGS[env]["description"] + ".", ""]
         lines += _method_table(env, block["summary"]) + [""]
     lines += ["## Targets", "",
-              "Judged on wall-clock steps/s (the issue's measure; ratios of the same round, "
+              "Judged on wall-clock steps/s (ratios of the same round, "
               "median over rounds). The last column is the same ratio in steps per CPU-second "
               "of the driver and EnvRunner processes, which the other processes on the "
               "machine disturb much less (a cost per step, as on a dedicated core).", "",

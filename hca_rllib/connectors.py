@@ -7,13 +7,12 @@
 2. `ComputeHindsightLogProbs`: the classifier `q(a|s,Z)` and its held-out diagnostics.
 3. `ComputeCreditWeights`: the trust in the classifier and the per-action policy-gradient
    weights `W[t, a]` of the credit mode (`credit.credit_weights`).
-4. `NormalizeCreditWeights` (only with `normalize_advantages`).
 
 On the lean learner path (`learner_path="lean"`, the default) one piece,
 `LeanEpisodesToBatch`, replaces RLlib's episode-to-batch pieces: it concatenates the
 episodes' real steps into tensors (no artificial rows) and gets the bootstrap values
 from one small no-grad pass on the observations after each cut (`BOOTSTRAP_VALUES`).
-The same pieces 1-4 then run in the Learner (`HCATorchLearner`), on the outputs of its
+The same pieces 1-3 then run in the Learner (`HCATorchLearner`), on the outputs of its
 gradient pass, detached, when the batch gets one gradient step (A2C's update), or on a
 no-grad pass before the update otherwise (several epochs or minibatches, or several
 learners), as here.
@@ -202,8 +201,8 @@ class _CreditPiece(ConnectorV2):
 
 
 class ComputeReturnsAndAdvantages(_CreditPiece):
-    """Returns `Z`, GAE advantages and value targets (`return_mode`), from one no-grad
-    forward pass of the policy and value heads."""
+    """Returns `Z` (n-step, bootstrapped with `V` where a chunk was cut), GAE advantages
+    and value targets, from one no-grad forward pass of the policy and value heads."""
 
     def _process(self, module, b, states, module_id):
         obs = b[Columns.OBS]
@@ -219,9 +218,6 @@ class ComputeReturnsAndAdvantages(_CreditPiece):
         mask = b[Columns.LOSS_MASK].bool()
         rewards = b[Columns.REWARDS]
         terminateds, truncateds = b[Columns.TERMINATEDS], b[Columns.TRUNCATEDS]
-        # Both modes bootstrap where an episode was cut without a terminal state. In
-        # `monte_carlo` mode batches hold complete episodes (validated), so that happens
-        # only at the environment's time limit, and the value targets are the returns.
         chunks = None
         if BOOTSTRAP_VALUES in b:  # lean layout: real rows only
             next_values = credit.next_values(values, b[BOOTSTRAP_VALUES], terminateds, truncateds)
@@ -232,7 +228,7 @@ class ComputeReturnsAndAdvantages(_CreditPiece):
         else:
             returns = credit.discounted_returns(rewards, values, terminateds, truncateds, config.gamma)
             gae = credit.gae_advantages(rewards, values, terminateds, truncateds, config.gamma, config.lambda_)
-        b[Postprocessing.VALUE_TARGETS] = returns if config.return_mode == "monte_carlo" else gae + values
+        b[Postprocessing.VALUE_TARGETS] = gae + values
         b[Postprocessing.ADVANTAGES] = gae
         return CreditState(
             mask=mask, actions=b[Columns.ACTIONS].long(), policy_logits=logits,
@@ -283,10 +279,8 @@ class ComputeHindsightLogProbs(_CreditPiece):
         finite = bool(torch.isfinite(real).all() and torch.isfinite(real_values).all())
         if _num_learners() == 1:
             if finite:
-                module.update_return_statistics(real, real_values.double())
+                module.update_return_statistics(real)
             return finite
-        # What the encoder sees: Z, or Z - V under hindsight.return_input="advantage".
-        real = module.return_encoder_input(real, real_values.double()) if finite else real
         sums = _sum_over_learners(
             torch.stack([real.new_tensor(real.numel()), real.sum(), (real * real).sum(),
                          real.new_tensor(float(finite)), real.new_tensor(1.0)])
@@ -299,7 +293,7 @@ class ComputeHindsightLogProbs(_CreditPiece):
 
 
 class ComputeCreditWeights(_CreditPiece):
-    """The trust in the classifier (`trust`: evidence, batch or None) and the per-action
+    """The trust in the classifier (`trust`: evidence or None) and the per-action
     weights `W[t, a]` of the credit mode, into `CREDIT_WEIGHTS` (and the taken action's
     weight into `ADVANTAGES`)."""
 
@@ -317,12 +311,8 @@ class ComputeCreditWeights(_CreditPiece):
         s.parts = credit.credit_weights(
             config.credit,
             actions=s.actions, gae=s.gae, log_pi_all=s.log_pi_all, log_q_all=s.log_q_all,
-            returns=s.returns, values=s.values, trust=trust, scale=scale, mask=s.mask,
+            returns=s.returns, values=s.values, trust=trust, scale=scale, gate_delta=config.c2a2c_delta,
             pi_probs=pi_probs, q_probs=q_probs,
-            **({} if config.credit in ("expected_hca", "a2c") else dict(
-                ratio_clip=config.hca_ratio_clip, use_baseline=config.hca_baseline,
-                gate_delta=config.c2a2c_delta, soft_gate=config.c2a2c_soft,
-                mix_eta=config.mix_eta, normalize_gate=config.c2a2c_normalize)),
         )
         self._write(b, s)
         diagnostics.update(self._diagnostics(s))
@@ -334,73 +324,42 @@ class ComputeCreditWeights(_CreditPiece):
         b[Postprocessing.ADVANTAGES] = s.parts["advantages"]
 
     def _trust(self, module, s: CreditState, diagnostics):
-        """`(trust, scale)`: trust None (pure estimator), a scalar or one per step."""
-        config = self.config
-        if config.trust is None:
+        """`(trust, scale)`: trust None (the pure estimator) or a scalar tensor."""
+        if self.config.trust is None:
             return None, 1.0
         pi_probs, q_probs = s.probs()
-        if config.trust == "batch":
-            batch = credit.batch_trust(s.log_q_taken - s.log_pi_taken, s.mask, config.trust_z, config.trust_information)
-            trust = self._update_batch_trust(module, batch, s.finite)
-            diagnostics["credit/trust"] = trust
-            return trust, 1.0
-        bins = credit.evidence_bins(pi_probs, q_probs, config.trust_bins)
-        num_bins = len(config.trust_bins) + 1
-        evidence = credit.calibration_evidence(s.actions, pi_probs, q_probs, s.mask, chunks=s.chunks,
-                                               bins=bins, num_bins=num_bins)
+        evidence = credit.calibration_evidence(s.actions, pi_probs, q_probs, s.mask, chunks=s.chunks)
         # The trust applied to this batch comes from the batches before it: evidence that
         # includes this batch would favour a noise classifier exactly where its deviations
         # happen to point at this batch's actions. This batch's evidence serves the next.
-        accumulated = module.trust_evidence.to(torch.float64, copy=True)
+        accumulated = module.trust_evidence[0].to(torch.float64, copy=True)
         self._update_evidence(module, evidence, s.finite)
-        per_bin = credit.evidence_trust(accumulated, config.trust_z, config.trust_max_scale,
-                                        config.trust_calibration)
-        per_decision = credit.decision_trust(per_bin["trust"], pi_probs, q_probs, config.trust_information, bins)
-        # The headline numbers are those of the most informative bin that has evidence.
-        has_evidence = accumulated[:, 0] >= 2.0
-        top = int(torch.nonzero(has_evidence).max()) if bool(has_evidence.any()) else 0
-        module.trust.fill_(float(per_bin["trust"][top]))
+        trust = credit.evidence_trust(accumulated)
+        module.trust.fill_(float(trust["trust"]))
         diagnostics.update({
-            "credit/trust": per_bin["trust"][top],
-            "credit/trust_z": per_bin["z"][top],
-            "credit/trust_scale": per_bin["scale"][top],
-            "credit/decision_trust": s.real(per_decision).mean(),
+            "credit/trust": trust["trust"],
+            "credit/trust_z": trust["z"],
+            "credit/trust_scale": trust["scale"],
+            # The mean trust over the batch's decisions (one trust for all of them).
+            "credit/decision_trust": trust["trust"],
         })
-        if config.credit != "expected_hca":
-            return per_decision, 1.0
-        return per_decision, per_bin["scale"][bins]
-
-    def _update_batch_trust(self, module, batch_trust, finite: bool):
-        """Fold this batch's trust into the moving average (averaged over learner ranks);
-        a non-finite batch on any rank leaves it unchanged. Returns the trust to use."""
-        if _num_learners() > 1:
-            as_double = dict(dtype=torch.float64, device=batch_trust.device)
-            shared = _sum_over_learners(torch.stack([
-                batch_trust.double() if finite else torch.zeros((), **as_double),
-                torch.tensor(float(finite), **as_double),
-                torch.tensor(1.0, **as_double),
-            ]))
-            finite = bool(shared[1] == shared[2])
-            batch_trust = (shared[0] / shared[2]).float()
-        if not finite:
-            return module.trust.clone()
-        return module.update_trust(batch_trust, self.config.trust_decay)
+        return trust["trust"], (trust["scale"] if self.config.credit == "expected_hca" else 1.0)
 
     def _update_evidence(self, module, evidence, finite: bool):
         """Fold this batch's evidence (summed over learner ranks) into the accumulated
         evidence; a non-finite batch on any rank leaves it unchanged."""
         if _num_learners() > 1:
             flags = evidence.new_tensor([float(finite), 1.0])
-            flat = (evidence if finite else torch.zeros_like(evidence)).flatten()
+            flat = evidence if finite else torch.zeros_like(evidence)
             shared = _sum_over_learners(torch.cat([flat, flags]))
-            evidence, finite = shared[:-2].view_as(evidence), bool(shared[-2] == shared[-1])
+            evidence, finite = shared[:-2], bool(shared[-2] == shared[-1])
         if not finite or not bool(torch.isfinite(evidence).all()):
-            return module.trust_evidence.clone().double()
-        return module.update_trust_evidence(evidence, self.config.trust_decay)
+            return module.trust_evidence[0].clone().double()
+        return module.update_trust_evidence(evidence)
 
     def _diagnostics(self, s: CreditState) -> Dict[str, Any]:
         """Method note, section 4, measured on this (held-out) batch."""
-        config, mask, parts = self.config, s.diagnostic_mask, s.parts
+        mask, parts = s.diagnostic_mask, s.parts
         log_pi, log_q = s.log_pi_taken, s.log_q_taken
         # The credit estimator itself (before any blending toward A2C) against GAE.
         if "expected_weights" in parts:
@@ -409,7 +368,7 @@ class ComputeCreditWeights(_CreditPiece):
             estimator = parts.get("hca_advantages", parts.get("raw_gate", 1.0) * s.gae)
         out = {"hca/advantage_correlation": credit.correlation(estimator, s.gae, mask)}
         ratio = credit.hindsight_ratio(log_pi, log_q)
-        for key, value in credit.ratio_statistics(ratio, config.hca_ratio_clip, mask).items():
+        for key, value in credit.ratio_statistics(ratio, credit.HCA_RATIO_CLIP, mask).items():
             out[f"hca/{key}"] = value
         if "raw_gate" in parts:
             # Share of the policy update the gate of the note removes (hard gate: the
@@ -418,32 +377,10 @@ class ComputeCreditWeights(_CreditPiece):
         return out
 
 
-class NormalizeCreditWeights(_CreditPiece):
-    """`normalize_advantages`: one-hot modes standardise the taken action's weight over
-    the batch (RLlib's GAE does the same to its advantages); `expected_hca` divides `W`
-    by the standard deviation of A2C's advantage only, without centring, so that it stays
-    exactly 0 where `q == pi`."""
-
-    def _process(self, module, b, states, module_id):
-        s = self._state(states, module_id)
-        if self.config.credit == "expected_hca":
-            s.parts["weights"] = s.parts["weights"] / s.real(s.gae).std().clamp(min=1e-8)
-            s.parts["advantages"] = s.parts["weights"].gather(-1, s.actions.unsqueeze(-1)).squeeze(-1)
-        else:
-            real = s.real(s.parts["advantages"])
-            s.parts["advantages"] = (s.parts["advantages"] - real.mean()) / real.std().clamp(min=1e-8)
-            s.parts["weights"] = credit.one_hot_weights(s.parts["advantages"], s.actions, s.log_pi_all.shape[-1])
-        ComputeCreditWeights._write(b, s)
-        return None
-
-
 def credit_pieces(config) -> List[ConnectorV2]:
     """The credit path's pieces for `config`, in pipeline order."""
-    pieces = [ComputeReturnsAndAdvantages(config=config), ComputeHindsightLogProbs(config=config),
-              ComputeCreditWeights(config=config)]
-    if config.normalize_advantages:
-        pieces.append(NormalizeCreditWeights(config=config))
-    return pieces
+    return [ComputeReturnsAndAdvantages(config=config), ComputeHindsightLogProbs(config=config),
+            ComputeCreditWeights(config=config)]
 
 
 class LeanEpisodesToBatch(ConnectorV2):

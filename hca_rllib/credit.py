@@ -36,18 +36,24 @@ import torch
 # benchmarks import it). All but `a2c` use the hindsight classifier. Every mode yields
 # per-action policy-gradient weights `W[t, a]` (`policy_gradient_loss`); all but
 # `expected_hca` are one-hot, `W = A_t * onehot(a_t)` (`one_hot_weights`).
-CREDIT_MODES = ("a2c", "hca", "c2a2c", "mix", "expected_hca")
+CREDIT_MODES = ("a2c", "hca", "c2a2c", "expected_hca")
 HINDSIGHT_CREDIT_MODES = tuple(mode for mode in CREDIT_MODES if mode != "a2c")
 # The modes whose weights are one-hot, `W = A_t * onehot(a_t)` (`credit_advantage`).
 ONE_HOT_CREDIT_MODES = tuple(mode for mode in CREDIT_MODES if mode != "expected_hca")
 # How far each mode trusts the classifier (`trust=` in the config; None: not at all
-# degraded, the pure estimator). `evidence`: `evidence_trust`, per decision, from
-# held-out evidence accumulated over batches with the episode chunk as the unit;
-# `batch`: `batch_trust`, one weight per batch from its mean held-out information.
-TRUST_MODES = ("evidence", "batch")
-# Where `evidence_trust` puts a calibration scale below 1: into the expected-HCA weights
-# (`weights`) or into the trust, toward A2C (`blend`).
-CALIBRATIONS = ("weights", "blend")
+# degraded, the pure estimator): `evidence`, from held-out evidence accumulated over
+# batches with the episode chunk as the unit (`evidence_trust`).
+TRUST_MODES = ("evidence",)
+
+# `hca`: the ratio pi/q is clipped to [0, HCA_RATIO_CLIP] (method note, section 2.1).
+HCA_RATIO_CLIP = 10.0
+# The evidence trust (method note, section 2.5): full trust at this z-score of the
+# held-out evidence, none below half of it; the evidence of past batches decays by
+# EVIDENCE_DECAY per batch (a memory of about 100 batches); the calibration scale that
+# undoes a classifier shrunk toward pi is capped at MAX_CALIBRATION_SCALE.
+Z_FULL_TRUST = 2.0
+EVIDENCE_DECAY = 0.99
+MAX_CALIBRATION_SCALE = 4.0
 
 
 def _as_numpy(x) -> np.ndarray:
@@ -162,75 +168,31 @@ def hca_advantage(
     log_pi_taken: torch.Tensor,
     log_q_taken: torch.Tensor,
     returns: torch.Tensor,
-    baseline: Optional[torch.Tensor] = None,
-    ratio_clip: float = 10.0,
+    baseline: torch.Tensor,
+    ratio_clip: float = HCA_RATIO_CLIP,
 ) -> torch.Tensor:
-    """Return-conditional HCA advantage `(1 - clip(pi/q, 0, rho_max)) * (Z - b)`.
-
-    `baseline=None` means `b = 0`. With the exact posterior and no clip,
-    `E[(1 - pi/h) Z | s, a] = A(s, a)` (Harutyunyan et al. 2019).
+    """Return-conditional HCA advantage `(1 - clip(pi/q, 0, rho_max)) * (Z - b)`, with
+    the baseline `b = V(s)` (zeros: the plain estimator). With the exact posterior and no
+    clip, `E[(1 - pi/h) Z | s, a] = A(s, a)` (Harutyunyan et al. 2019).
     """
     rho = torch.clamp(hindsight_ratio(log_pi_taken, log_q_taken), 0.0, ratio_clip)
-    centred = returns if baseline is None else returns - baseline
-    return (1.0 - rho) * centred
+    return (1.0 - rho) * (returns - baseline)
 
 
-def c2a2c_gate(
-    log_pi_taken: torch.Tensor,
-    log_q_taken: torch.Tensor,
-    delta: float,
-    soft: bool = False,
-) -> torch.Tensor:
-    """Credit gate `c_t`: 1 where the action told something about the return.
-
-    Hard: `1[|log q - log pi| > delta]`; soft: `min(1, |log q - log pi| / delta)`.
-    """
-    pointwise_information = torch.abs(log_q_taken - log_pi_taken)
-    if soft:
-        return torch.clamp(pointwise_information / delta, max=1.0)
-    return (pointwise_information > delta).to(torch.float32)
+def c2a2c_gate(log_pi_taken: torch.Tensor, log_q_taken: torch.Tensor, delta: float) -> torch.Tensor:
+    """Soft credit gate `c_t = min(1, |log q - log pi| / delta)`: 1 where the action told
+    at least `delta` nats about the return, 0 where it told nothing, linear between (the
+    hard 0/1 gate of the note cut small-information steps and slowed learning most)."""
+    return torch.clamp(torch.abs(log_q_taken - log_pi_taken) / delta, max=1.0)
 
 
-def mix_advantage(
-    gae: torch.Tensor, hca: torch.Tensor, eta: float | torch.Tensor
-) -> torch.Tensor:
-    """`(1 - eta) * A_GAE + eta * A_HCA`."""
-    return (1.0 - eta) * gae + eta * hca
+def blend_toward_a2c(gae: torch.Tensor, estimator: torch.Tensor, trust) -> torch.Tensor:
+    """`(1 - w) * A_GAE + w * A`: a credit estimator `A` trusted by `w` (None: 1)."""
+    w = 1.0 if trust is None else trust
+    return (1.0 - w) * gae + w * estimator
 
 
-def batch_trust(
-    pointwise_information: torch.Tensor,
-    mask: Optional[torch.Tensor] = None,
-    z_full_trust: float = 2.0,
-    information_full_trust: Optional[float] = None,
-) -> torch.Tensor:
-    """Trust `trust="batch"`: one weight in [0, 1] for the whole batch (method note,
-    section 2.5), from held-out evidence.
-
-    `pointwise_information = log q(a_t|s_t,Z_t) - log pi(a_t|s_t)` on steps the
-    classifier never trained on. Its mean is the mutual-information lower bound;
-    divided by its standard error (steps counted as independent) it is a z-score.
-    Trust is `clip(z / z_full_trust, 0, 1)`: 0 when the classifier carries no (or
-    negative, i.e. miscalibrated) information, 1 once the information is clearly above
-    noise.
-
-    `information_full_trust` (nats) also scales trust by the size of the information:
-    `clip(I / information_full_trust, 0, 1)`, so a classifier whose information is
-    real but tiny (statistically detectable on a large batch) is not fully trusted.
-    """
-    x = pointwise_information if mask is None else pointwise_information[mask]
-    n = x.numel()
-    if n < 2:
-        return torch.zeros((), device=x.device)
-    standard_error = x.std(unbiased=True) / np.sqrt(n)
-    z = x.mean() / torch.clamp(standard_error, min=1e-8)
-    trust = torch.clamp(z / z_full_trust, 0.0, 1.0)
-    if information_full_trust is not None:
-        trust = trust * torch.clamp(x.mean() / information_full_trust, 0.0, 1.0)
-    return trust
-
-
-# --- Trust from accumulated evidence (trust="evidence", method note, section 2.5) ---
+# --- Trust from accumulated evidence (`trust="evidence"`, method note, section 2.5) ---
 
 
 def chunk_ids(mask: torch.Tensor) -> torch.Tensor:
@@ -240,29 +202,12 @@ def chunk_ids(mask: torch.Tensor) -> torch.Tensor:
     return torch.cumsum(ends, 0) - ends
 
 
-def claimed_information(pi_probs: torch.Tensor, q_probs: torch.Tensor) -> torch.Tensor:
-    """`KL(q_t || pi_t)` per decision: the information (nats) the classifier claims the
-    return holds about the action there (its expectation under `a ~ q` of `log q - log pi`)."""
-    return (q_probs * (torch.log(q_probs.clamp(min=1e-12)) - torch.log(pi_probs.clamp(min=1e-12)))).sum(-1)
-
-
-def evidence_bins(pi_probs: torch.Tensor, q_probs: torch.Tensor, edges=()) -> torch.Tensor:
-    """The evidence bin of every decision: the index of its `claimed_information` among
-    the increasing `edges` (nats); no edges: one bin."""
-    if not len(edges):
-        return torch.zeros(q_probs.shape[:-1], dtype=torch.long, device=q_probs.device)
-    boundaries = torch.as_tensor(list(edges), dtype=torch.float64, device=q_probs.device)
-    return torch.bucketize(claimed_information(pi_probs, q_probs).to(torch.float64), boundaries)
-
-
 def calibration_evidence(
     actions: torch.Tensor,
     pi_probs: torch.Tensor,
     q_probs: torch.Tensor,
     mask: torch.Tensor,
     chunks: Optional[torch.Tensor] = None,
-    bins: Optional[torch.Tensor] = None,
-    num_bins: int = 1,
 ) -> torch.Tensor:
     """This batch's held-out evidence that `q` knows something `pi` does not.
 
@@ -274,107 +219,71 @@ def calibration_evidence(
     sum d` estimates `1 / alpha` (`evidence_trust`'s scale); `x_t` has mean 0 when
     the deviation is unrelated to the action (noise), and is negative when it points
     the wrong way. The steps of one episode chunk are one unit: `x` and `d` are summed
-    per chunk (`chunks` defaults to `chunk_ids(mask)`), and per evidence bin (`bins`,
-    from `evidence_bins`; default: one bin).
+    per chunk (`chunks` defaults to `chunk_ids(mask)`).
 
-    Returns, per bin, `[n, sum_c x_c, sum_c x_c^2, sum_c d_c]` over the (chunk, bin)
-    units with at least one real row: float64 of shape `[num_bins, 4]`.
+    Returns `[n, sum_c x_c, sum_c x_c^2, sum_c d_c]` over the chunks with at least one
+    real row: float64 of shape `[4]`.
     """
     mask = mask.bool()
     chunks = chunk_ids(mask) if chunks is None else chunks
-    bins = torch.zeros_like(chunks) if bins is None else bins.long()
     deviation = (q_probs - pi_probs).to(torch.float64)
     taken = deviation.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
     x = (taken - (pi_probs.to(torch.float64) * deviation).sum(-1)) * mask
     d = (deviation * deviation).sum(-1) * mask
     num_chunks = int(chunks.max()) + 1 if chunks.numel() else 0
-    unit = chunks * num_bins + bins
-    size = num_chunks * num_bins
-    zeros = lambda: torch.zeros(size, dtype=torch.float64, device=x.device)  # noqa: E731
-    per_x, per_d = zeros().index_add_(0, unit, x), zeros().index_add_(0, unit, d)
-    real = zeros().index_add_(0, unit, mask.to(torch.float64)) > 0
-    unit_bin = torch.arange(size, device=x.device) % num_bins
-    out = torch.zeros(num_bins, 4, dtype=torch.float64, device=x.device)
-    out[:, 0].index_add_(0, unit_bin, real.to(torch.float64))
-    out[:, 1].index_add_(0, unit_bin, per_x * real)
-    out[:, 2].index_add_(0, unit_bin, per_x * per_x * real)
-    out[:, 3].index_add_(0, unit_bin, per_d * real)
-    return out
+    zeros = lambda size: torch.zeros(size, dtype=torch.float64, device=x.device)  # noqa: E731
+    per_x, per_d = zeros(num_chunks).index_add_(0, chunks, x), zeros(num_chunks).index_add_(0, chunks, d)
+    real = (zeros(num_chunks).index_add_(0, chunks, mask.to(torch.float64)) > 0).to(torch.float64)
+    # Summed chunk by chunk, in order (index_add_ into one slot).
+    first = torch.zeros(num_chunks, dtype=torch.long, device=x.device)
+    return torch.cat([zeros(1).index_add_(0, first, total)
+                      for total in (real, per_x * real, per_x * per_x * real, per_d * real)])
 
 
-def accumulate_evidence(state: torch.Tensor, batch_evidence: torch.Tensor, decay: float) -> torch.Tensor:
+def accumulate_evidence(state: torch.Tensor, batch_evidence: torch.Tensor,
+                        decay: float = EVIDENCE_DECAY) -> torch.Tensor:
     """`decay * state + batch`: evidence over the recent batches (an effective memory
     of `1 / (1 - decay)` batches; the classifier changes, so old evidence fades)."""
     return decay * state.to(torch.float64) + batch_evidence.to(torch.float64)
 
 
-def evidence_trust(
-    evidence: torch.Tensor, z_full_trust: float = 2.0, max_scale: float = 1.0,
-    calibration: str = "weights",
-) -> Dict[str, torch.Tensor]:
-    """Trust and calibration scale per evidence bin, from accumulated `calibration_evidence`.
+def evidence_trust(evidence: torch.Tensor) -> Dict[str, torch.Tensor]:
+    """Trust and calibration scale from accumulated `calibration_evidence` (`[4]`).
 
     `z = sum_c x_c / SE`, the standard error from the spread of the per-chunk sums
-    (chunks, not steps, are independent); trust is 0 up to `z = z_full_trust / 2`
-    (a classifier of pure noise clears that with probability 0.16 at the default 2),
-    rising linearly to 1 at `z_full_trust`. The calibration `scale = sum x / sum d`
-    is clipped to `[0, max_scale]` (1 / alpha in the shrinkage model above; 1 for a
-    calibrated classifier). Both are 0 without evidence (fewer than 2 units, or
-    `q == pi`: `d = 0`).
+    (chunks, not steps, are independent); the trust is 0 up to `z = Z_FULL_TRUST / 2`
+    (a classifier of pure noise clears that with probability 0.16), rising linearly to 1
+    at `Z_FULL_TRUST`. The calibration `scale = sum x / sum d`, clipped to
+    `[0, MAX_CALIBRATION_SCALE]`, is 1 / alpha in the shrinkage model above (1 for a
+    calibrated classifier). A scale below 1 goes into the trust: `trust * min(1, scale)`,
+    and the scale applied is `max(1, scale)`. So a classifier whose deviation from `pi`
+    is real but mostly noise (a large `z` from many chunks, a small scale) leaves the
+    gradient to A2C, rather than replacing it with a small multiple of its own (this
+    keeps the default no worse than A2C on MinAtar; docs/method.md, "Defaults and why").
+    Both are 0 without evidence (fewer than 2 chunks, or `q == pi`: `d = 0`).
 
-    `calibration="blend"` moves a scale below 1 into the trust instead: `trust *
-    min(1, scale)`, and `scale = max(1, scale)`. A classifier whose deviation from `pi`
-    is real but mostly noise (a large `z` from many chunks, a small scale) then leaves
-    the gradient to A2C, rather than replacing it with a small multiple of its own.
-
-    `evidence`: `[4]` or `[num_bins, 4]`; returns `trust`, `scale` and `z` (float32,
-    scalars or one per bin).
+    Returns `trust`, `scale` and `z` (float32 scalars).
     """
-    if calibration not in CALIBRATIONS:
-        raise ValueError(f"calibration must be one of {CALIBRATIONS}, got {calibration!r}")
     ev = evidence.to(torch.float64)
     n, sx, sxx, sd = ev[..., 0], ev[..., 1], ev[..., 2], ev[..., 3]
     usable = (n >= 2.0) & (sd > 1e-12)
     safe_n = torch.where(usable, n, torch.full_like(n, 2.0))
     variance = torch.clamp((sxx - sx * sx / safe_n) / (safe_n - 1.0), min=0.0)
     z = torch.where(usable, sx / torch.clamp(torch.sqrt(safe_n * variance), min=1e-12), torch.zeros_like(n))
-    onset = 0.5 * z_full_trust
-    trust = torch.clamp((z - onset) / (z_full_trust - onset), 0.0, 1.0)
-    scale = torch.where(usable, torch.clamp(sx / torch.where(usable, sd, torch.ones_like(sd)), 0.0, max_scale),
-                        torch.zeros_like(n))
-    if calibration == "blend":
-        trust = trust * torch.clamp(scale, max=1.0)
-        scale = torch.where(usable, torch.clamp(scale, min=1.0), torch.zeros_like(n))
+    onset = 0.5 * Z_FULL_TRUST
+    trust = torch.clamp((z - onset) / (Z_FULL_TRUST - onset), 0.0, 1.0)
+    scale = torch.where(usable, torch.clamp(sx / torch.where(usable, sd, torch.ones_like(sd)), 0.0,
+                                            MAX_CALIBRATION_SCALE), torch.zeros_like(n))
+    trust = trust * torch.clamp(scale, max=1.0)
+    scale = torch.where(usable, torch.clamp(scale, min=1.0), torch.zeros_like(n))
     return {"trust": trust.float(), "scale": scale.float(), "z": z.float()}
-
-
-def decision_trust(
-    trust: torch.Tensor,
-    pi_probs: torch.Tensor,
-    q_probs: torch.Tensor,
-    information_full_trust: Optional[float] = None,
-    bins: Optional[torch.Tensor] = None,
-) -> torch.Tensor:
-    """Per-decision trust: the trust of the decision's evidence bin (`trust[bins]`; a
-    scalar `trust` applies to all), times `min(1, claimed_information / information_full_trust)`
-    if that is set: a decision where the classifier claims no information keeps A2C's
-    gradient."""
-    trust = torch.as_tensor(trust, dtype=torch.float32, device=q_probs.device)
-    if trust.dim() == 0:
-        per = trust.expand(q_probs.shape[:-1])
-    else:
-        per = trust[torch.zeros(q_probs.shape[:-1], dtype=torch.long, device=q_probs.device) if bins is None else bins]
-    if information_full_trust is None:
-        return per
-    claimed = claimed_information(pi_probs, q_probs)
-    return per * torch.clamp(claimed / information_full_trust, 0.0, 1.0).to(per.dtype)
 
 
 # --- Policy-gradient weights (method note, section 2) ----------------------------------
 
 
 def one_hot_weights(advantages: torch.Tensor, actions: torch.Tensor, num_actions: int) -> torch.Tensor:
-    """`W[t, a] = A_t * 1[a == a_t]`: the one-hot case (a2c, hca, c2a2c, mix)."""
+    """`W[t, a] = A_t * 1[a == a_t]`: the one-hot case (a2c, hca, c2a2c)."""
     onehot = torch.nn.functional.one_hot(actions.long(), num_actions).to(advantages.dtype)
     return advantages.unsqueeze(-1) * onehot
 
@@ -423,65 +332,33 @@ def credit_advantage(
     log_q_taken: torch.Tensor,
     returns: torch.Tensor,
     values: torch.Tensor,
-    ratio_clip: float = 10.0,
-    use_baseline: bool = True,
     gate_delta: float = 0.1,
-    soft_gate: bool = False,
-    mix_eta: float = 0.5,
-    normalize_gate: bool = False,
     trust: Optional[torch.Tensor] = None,
-    mask: Optional[torch.Tensor] = None,
 ) -> Dict[str, torch.Tensor]:
     """The advantage of a one-hot credit mode (method note, section 2), plus its parts.
 
-    `trust=None` gives the pure estimator of the note. A trust `w` in [0, 1] (a scalar,
-    or one per step: see `batch_trust`, `evidence_trust`, `decision_trust`) degrades
-    each mode toward A2C as the classifier's evidence vanishes: `hca` becomes
-    `w A_HCA + (1 - w) A_GAE`, `c2a2c` uses the gate `(1 - w) + w c_t`, `mix` uses
-    `eta * w`.
-
-    `normalize_gate` divides the `c2a2c` gate by its mean over the (masked) batch, so
-    the gate re-weights the policy gradient toward informative steps instead of
-    shrinking it; a gate whose mean is below 1e-3 becomes 1 everywhere (plain A2C).
+    `trust=None` gives the pure estimator of the note. A trust `w` in [0, 1] (a scalar
+    or one per step: see `evidence_trust`) degrades each mode toward A2C as the
+    classifier's evidence vanishes: `hca` becomes `w A_HCA + (1 - w) A_GAE`, `c2a2c`
+    uses the gate `(1 - w) + w c_t`.
 
     Returns a dict with `advantages` and, where defined, `hca_advantages`, `gate`
-    (as applied) and `raw_gate` (the gate of the note, before normalising or trust).
+    (as applied) and `raw_gate` (the gate of the note, before the trust).
     `expected_hca` is not one-hot: see `credit_weights`.
     """
     if credit not in CREDIT_MODES:
         raise ValueError(f"credit must be one of {CREDIT_MODES}, got {credit!r}")
     if credit == "expected_hca":
         raise ValueError("credit='expected_hca' has per-action weights: use credit_weights")
-    out: Dict[str, torch.Tensor] = {}
     if credit == "a2c":
-        out["advantages"] = gae
-        return out
+        return {"advantages": gae}
     if credit == "c2a2c":
-        gate = c2a2c_gate(log_pi_taken, log_q_taken, gate_delta, soft=soft_gate)
-        out["raw_gate"] = gate
-        if normalize_gate:
-            gate_mean = _masked(gate, mask).mean()
-            # Below 1e-3 the gate says "nothing informative": dividing would blow a
-            # few noise steps up to ~N times their weight.
-            gate = gate / gate_mean if gate_mean > 1e-3 else torch.ones_like(gate)
+        raw_gate = gate = c2a2c_gate(log_pi_taken, log_q_taken, gate_delta)
         if trust is not None:
             gate = (1.0 - trust) + trust * gate
-        out["gate"] = gate
-        out["advantages"] = gate * gae
-        return out
-    hca = hca_advantage(
-        log_pi_taken,
-        log_q_taken,
-        returns,
-        baseline=values if use_baseline else None,
-        ratio_clip=ratio_clip,
-    )
-    out["hca_advantages"] = hca
-    eta = 1.0 if credit == "hca" else mix_eta
-    if trust is not None:
-        eta = eta * trust
-    out["advantages"] = mix_advantage(gae, hca, eta)
-    return out
+        return {"raw_gate": raw_gate, "gate": gate, "advantages": gate * gae}
+    hca = hca_advantage(log_pi_taken, log_q_taken, returns, values)
+    return {"hca_advantages": hca, "advantages": blend_toward_a2c(gae, hca, trust)}
 
 
 def credit_weights(
@@ -495,15 +372,14 @@ def credit_weights(
     values: torch.Tensor,
     trust: Optional[torch.Tensor] = None,
     scale: float | torch.Tensor = 1.0,
-    mask: Optional[torch.Tensor] = None,
+    gate_delta: float = 0.1,
     pi_probs: Optional[torch.Tensor] = None,
     q_probs: Optional[torch.Tensor] = None,
-    **options,
 ) -> Dict[str, torch.Tensor]:
     """Per-action policy-gradient weights `W[t, a]` of any credit mode, plus its parts.
 
-    One-hot modes: `W = A_t * onehot(a_t)`, `A` from `credit_advantage` (`options` are
-    its keyword arguments). `expected_hca`: `W = (1 - w_t) A_GAE,t onehot(a_t) +
+    One-hot modes: `W = A_t * onehot(a_t)`, `A` from `credit_advantage` (`gate_delta`:
+    `c2a2c`'s delta). `expected_hca`: `W = (1 - w_t) A_GAE,t onehot(a_t) +
     w_t * expected_hca_weights(Z, V, q, pi, scale)`, with the trust `w_t` (scalar or per
     step; None: 1, the pure estimator). With `lambda_ = 1`, `A_GAE = Z - V`: trust 0 is
     A2C exactly. Returns `weights`, `advantages` (the taken action's entry for one-hot
@@ -515,10 +391,8 @@ def credit_weights(
         log_pi = log_pi_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
         log_q = (log_q_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
                  if log_q_all is not None else log_pi)
-        parts = credit_advantage(
-            credit, gae=gae, log_pi_taken=log_pi, log_q_taken=log_q, returns=returns,
-            values=values, trust=trust, mask=mask, **options,
-        )
+        parts = credit_advantage(credit, gae=gae, log_pi_taken=log_pi, log_q_taken=log_q, returns=returns,
+                                 values=values, gate_delta=gate_delta, trust=trust)
         parts["weights"] = one_hot_weights(parts["advantages"], actions, num_actions)
         return parts
     expected = expected_hca_weights(returns, values, log_q_all.exp() if q_probs is None else q_probs,
@@ -526,7 +400,7 @@ def credit_weights(
     w = torch.ones((), device=gae.device) if trust is None else trust
     if w.dim() == 1:
         w = w.unsqueeze(-1)
-    weights = (1.0 - w) * one_hot_weights(gae, actions, num_actions) + w * expected
+    weights = blend_toward_a2c(one_hot_weights(gae, actions, num_actions), expected, w)
     return {
         "weights": weights,
         "expected_weights": expected,
@@ -563,7 +437,7 @@ def argmax_accuracy(
 
 
 def ratio_statistics(
-    ratio: torch.Tensor, ratio_clip: float, mask: Optional[torch.Tensor] = None
+    ratio: torch.Tensor, ratio_clip: float = HCA_RATIO_CLIP, mask: Optional[torch.Tensor] = None
 ) -> Dict[str, torch.Tensor]:
     """Mean, median, max, 99th percentile and clip fraction of the unclipped `pi/q`.
 
@@ -606,68 +480,6 @@ def explained_variance(
     if variance <= 1e-12:
         return torch.zeros((), device=t.device)
     return 1.0 - (t - p).var(unbiased=False) / variance
-
-
-# --- Policy-independent (balanced) classifier training ---------------------------------
-#
-# Write the policy-relative classifier as q(a|s,Z) = softmax_a(log pi(a|s) + f(s,Z,a)).
-# Train f alone, as the classifier softmax_a(f), by cross-entropy with per-example
-# weights w(s,a) = 1 / (A pi(a|s)) on data a ~ pi(.|s), Z ~ P(Z|s,a). At each (s, Z) the
-# expected loss is
-#     sum_a pi(a|s) P(Z|s,a) w(s,a) [-log softmax(f)_a] = (1/A) sum_a P(Z|s,a) [-log softmax(f)_a],
-# the cross-entropy against the weights P(Z|s,a) / sum_b P(Z|s,b): its minimiser is
-# softmax(f)_a = P(Z|s,a) / sum_b P(Z|s,b), i.e. f = log P(Z|s,a) + c(s,Z), whatever pi.
-# Then softmax(log pi + f)_a = pi(a|s) P(Z|s,a) / sum_b pi(b|s) P(Z|s,b): Bayes'
-# posterior P(a|s,Z) under the *current* pi, for any pi plugged in at inference. The
-# policy that collected the data only enters through the weights (stored with the
-# data), so old batches train the same f: the lag of a replayed batch is only that of
-# P(Z|s,a) itself (the policy after step t), not that of pi(a|s).
-#
-# The weights are clipped, w = min(1 / (A pi), clip): for actions with pi(a|s) < 1/(A clip)
-# the minimiser becomes softmax(f)_a proportional to pi(a|s) w(s,a) P(Z|s,a), so q gives
-# those rare actions *less* posterior mass than Bayes (q closer to pi: less credit, not
-# more). Normalising by the sum of the weights changes the loss scale, not the minimiser.
-
-
-def balanced_weights(log_pi_taken: torch.Tensor, num_actions: int, clip: float = 10.0) -> torch.Tensor:
-    """`min(1 / (A pi(a_t|s_t)), clip)`, no gradient (see the section comment)."""
-    if clip < 1.0:
-        raise ValueError(f"clip must be >= 1, got {clip!r}")
-    inverse = torch.exp(-log_pi_taken.detach()) / float(num_actions)
-    return torch.clamp(inverse, max=float(clip))
-
-
-def weighted_cross_entropy(
-    logits: torch.Tensor,
-    actions: torch.Tensor,
-    weights: torch.Tensor,
-    mask: Optional[torch.Tensor] = None,
-) -> torch.Tensor:
-    """`sum_t w_t [-log softmax(logits_t)_{a_t}] / sum_t w_t` over the (masked) steps;
-    `actions` of shape [B] or [B, 1]."""
-    index = actions.long().reshape(-1, 1)
-    nll = -torch.log_softmax(logits, dim=-1).gather(-1, index).squeeze(-1)
-    w = weights.detach().to(nll.dtype)
-    nll, w = _masked(nll, mask), _masked(w, mask)
-    return (w * nll).sum() / w.sum().clamp(min=1e-12)
-
-
-def balanced_posterior(prior_logits: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
-    """`softmax(log pi + f)`: the posterior `q(a|s,Z)` from a balanced-trained f (any
-    logits of pi: softmax is invariant to their constant)."""
-    return torch.softmax(prior_logits + f, dim=-1)
-
-
-def clipped_balanced_minimizer(
-    prior: torch.Tensor, likelihood: torch.Tensor, num_actions: int, clip: float
-) -> torch.Tensor:
-    """The q = softmax(log pi + f*) that the clipped balanced loss gives at its minimiser
-    f*, in closed form, for a prior pi [A] and likelihoods P(Z=z|a) [K, A]:
-    softmax(f*)_a proportional to pi_a w_a P(z|a), so q_a proportional to pi_a^2 w_a P(z|a)
-    (with no clip active, pi_a w_a = 1/A and q is Bayes' posterior). Returns [K, A]."""
-    w = torch.clamp(1.0 / (num_actions * prior), max=float(clip))
-    unnormalised = prior * prior * w * likelihood
-    return unnormalised / unnormalised.sum(-1, keepdim=True)
 
 
 # --- The information probe (`hca_rllib.probe`, docs/method.md section 4.1) -------------

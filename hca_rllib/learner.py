@@ -18,23 +18,23 @@ held-out. Otherwise (several epochs or minibatches: the weights change between s
 several learners: DDP must see every differentiated parameter in its one forward call)
 the credit pieces run on a no-grad pass over the whole batch before the first step
 (`_make_batch_if_necessary`), as on RLlib's path.
+
+After the gradient steps of an update, RLlib's `after_gradient_based_update` hook runs
+`hindsight_epochs` more classifier-only passes over each batch that took a step, fitting
+the policy that collected it.
 """
 
 from __future__ import annotations
 
-import collections
-import concurrent.futures
 import logging
 import math
-import threading
-from typing import Any, Deque, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import torch
 from torch.nn.utils import get_total_norm
 
 from ray.rllib.connectors.learner import AddOneTsToEpisodesAndTruncate
 from ray.rllib.core.columns import Columns
-from ray.rllib.core import COMPONENT_METRICS_LOGGER, COMPONENT_OPTIMIZER
 from ray.rllib.core.learner.learner import ENTROPY_KEY, POLICY_LOSS_KEY, VF_LOSS_KEY
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
@@ -51,6 +51,11 @@ logger = logging.getLogger(__name__)
 
 HINDSIGHT_OPTIMIZER = "hindsight"
 NUM_SKIPPED_UPDATES = "num_skipped_updates"
+# A2C's optimizer, as Stable-Baselines3 has it: RMSprop with alpha 0.99 and eps 1e-5
+# (torch's default eps, 1e-8, gives much larger first steps), for the policy and value
+# and, in its own optimizer, the classifier.
+RMSPROP_ALPHA = 0.99
+RMSPROP_EPS = 1e-5
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -67,23 +72,37 @@ def all_finite(tensors) -> bool:
     return bool(torch.isfinite(get_total_norm(tensors, math.inf, foreach=True)))
 
 
+def hindsight_loss(hindsight_logits, actions, mask) -> torch.Tensor:
+    """The classifier's cross-entropy `-mean_t log q(a_t | s_t, Z_t)` over the real steps
+    (`actions` of shape [B, 1])."""
+    log_q = torch.log_softmax(hindsight_logits, dim=-1).gather(-1, actions).squeeze(-1)
+    return -_masked_mean(log_q, mask)
+
+
+def pass_loss(actions, mask):
+    """`hindsight_loss` as a function of the classifier's logits alone, for passes over
+    the same rows: the real rows are found once (all of them on the lean path: no
+    indexing), and the same ops run on the same values."""
+    count = mask.sum().clamp(min=1)
+    rows = None if bool(mask.all()) else mask.nonzero().squeeze(-1)
+
+    def loss(logits):
+        log_q = torch.log_softmax(logits, dim=-1).gather(-1, actions).squeeze(-1)
+        return -(torch.sum(log_q if rows is None else log_q[rows]) / count)
+
+    return loss
+
+
 class HCATorchLearner(TorchLearner):
     @override(TorchLearner)
     def build(self) -> None:
         super().build()
-        # module id -> the last `hindsight_memory` batches' real steps (`_remember`); not
-        # checkpointed: a restored run refills it within `hindsight_memory` updates.
-        self._hindsight_memory: Dict[Any, Deque[Dict[str, torch.Tensor]]] = {}
-        # The behaviour policy's (latent, logits) per module, taken from the gradient
-        # pass of this update (`compute_loss_for_module`), for the extra classifier passes.
-        self._behaviour: Dict[Any, Any] = {}
-        # `hindsight_overlap` (`_background` and the flags: the class attributes below).
-        self._background_pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
-        self._background_thread_ids: set = set()
-        # Learning rates RLlib's schedule set while the passes ran: applied after them.
-        self._pending_lrs: list = []
-        # The last background passes' losses, for the next update's results.
-        self._unlogged_losses: Dict[Any, torch.Tensor] = {}
+        # (module id, batch, latent, logits) of this gradient step, and of the steps of
+        # this update that were applied: the extra classifier passes' work
+        # (`after_gradient_based_update`), with the policy that collected each batch.
+        self._step_batches: List[tuple] = []
+        self._pass_batches: List[tuple] = []
+        self._extra_passes = bool(self.config.uses_hindsight and self.config.hindsight_epochs > 0)
         # Lean path: the credit pieces run here, on the batch (`learner_path="lean"`).
         self._lean = bool(getattr(self.config, "uses_lean_learner", False))
         self._credit_pieces = credit_pieces(self.config) if self._lean else []
@@ -93,95 +112,6 @@ class HCATorchLearner(TorchLearner):
             self._learner_connector.prepend(AddOneTsToEpisodesAndTruncate())
             for piece in credit_pieces(self.config):
                 self._learner_connector.append(piece)
-
-    # Class defaults, as RLlib's `Learner.__init__` reads `module` before `build`:
-    # `_background`: the extra classifier passes of the last update, running in one
-    # background thread while the next batch is sampled (`_finish_background`);
-    # `_in_update`: inside `update()`, after this update's passes were started, RLlib
-    # reads only its bookkeeping through `self.module` (module ids, is_stateful), so no
-    # wait there; `_reading_policy`: `get_state` of the inference-only weights.
-    _background: Optional[concurrent.futures.Future] = None
-    _reading_policy = False
-    _in_update = False
-    _background_thread_ids: set = frozenset()
-
-    def _hindsight_optimizers(self) -> list:
-        return [optimizer for name, optimizer in self._named_optimizers.items()
-                if name.endswith("_" + HINDSIGHT_OPTIMIZER)]
-
-    @property
-    def module(self):
-        """RLlib's `Learner.module`, once the background classifier passes (if any) have
-        finished: whatever reads or writes the module from outside the update (the
-        next update, `get_state` beyond the policy's weights, `set_state`, tests and
-        analysis code) sees it settled."""
-        if (self._background is not None and not self._in_update
-                and not self._reading_policy and threading.get_ident() not in self._background_thread_ids):
-            self._finish_background()
-        return self._module
-
-    def _finish_background(self) -> None:
-        """Wait for the background classifier passes; re-raise their error, if any.
-        Their losses are logged by the next `_update` (with its results: RLlib keeps only
-        what is logged inside the update loop)."""
-        future, self._background = self._background, None
-        if future is None:
-            return
-        try:
-            self._unlogged_losses.update(future.result())
-        finally:
-            pending, self._pending_lrs = self._pending_lrs, []
-            for optimizer, lr in pending:
-                TorchLearner._set_optimizer_lr(optimizer, lr)
-
-    def _log_extra_pass_losses(self, losses: Dict[Any, torch.Tensor]) -> None:
-        for module_id, loss in losses.items():
-            self.metrics.log_value((module_id, "hindsight_loss_extra_passes"), loss, window=1)
-
-    def _set_optimizer_lr(self, optimizer, lr: float) -> None:
-        """RLlib's, except that the classifier's optimizer gets its scheduled learning
-        rate only after the background passes (which step it) are done, as it would
-        without `hindsight_overlap`."""
-        if self._background is not None and any(optimizer is o for o in self._hindsight_optimizers()):
-            self._pending_lrs.append((optimizer, lr))
-            return
-        TorchLearner._set_optimizer_lr(optimizer, lr)
-
-    def _get_optimizer_lr(self, optimizer) -> float:
-        for pending, lr in reversed(self._pending_lrs):
-            if pending is optimizer:
-                return lr
-        return TorchLearner._get_optimizer_lr(optimizer)
-
-    @override(TorchLearner)
-    def update(self, *args, **kwargs):
-        self._finish_background()
-        self._in_update = True
-        try:
-            return super().update(*args, **kwargs)
-        finally:
-            self._in_update = False
-
-    @override(TorchLearner)
-    def get_state(self, components=None, *, not_components=None, **kwargs):
-        """RLlib's. The weight sync after each update asks for the inference-only
-        module state (the policy: the classifier is not in it), which the background
-        passes do not write: that read does not wait for them; any other does."""
-        policy_only = kwargs.get("inference_only") and not any(
-            self._check_component(c, components, not_components)
-            for c in (COMPONENT_OPTIMIZER, COMPONENT_METRICS_LOGGER))
-        if not policy_only:
-            self._finish_background()
-        self._reading_policy = bool(policy_only)
-        try:
-            return super().get_state(components, not_components=not_components, **kwargs)
-        finally:
-            self._reading_policy = False
-
-    @override(TorchLearner)
-    def set_state(self, *args, **kwargs):
-        self._finish_background()
-        return super().set_state(*args, **kwargs)
 
     # --- the lean path's credit (module docstring) -------------------------------------
 
@@ -234,6 +164,8 @@ class HCATorchLearner(TorchLearner):
             fwd_out = {**fwd_out, HINDSIGHT_LOGITS: state.hindsight_logits_grad}
         return fwd_out
 
+    # --- optimizers and the loss --------------------------------------------------------
+
     @classmethod
     @override(TorchLearner)
     def rl_module_required_apis(cls) -> list:
@@ -241,12 +173,11 @@ class HCATorchLearner(TorchLearner):
 
     @override(TorchLearner)
     def configure_optimizers_for_module(self, module_id: ModuleID, config=None) -> None:
-        """Policy and value in one optimizer, the classifier in its own.
-
-        The classifier gets its own optimizer so that `hindsight_epochs` extra passes
-        can step it alone without touching the policy's optimizer state.
-        """
-        module = self._module[module_id]
+        """Policy and value in one RMSprop optimizer, the classifier in its own (so that
+        the `hindsight_epochs` extra passes step it alone, at `hindsight_lr`, without
+        touching the policy's optimizer state). For another optimizer, subclass this
+        Learner, override this method and set `training(learner_class=...)`."""
+        module = self.module[module_id]
         hindsight_names = ("hindsight.", "hindsight_torso.")
         named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
         hindsight_params = [p for n, p in named if n.removeprefix("module.").startswith(hindsight_names)]
@@ -254,7 +185,7 @@ class HCATorchLearner(TorchLearner):
         main_params = [p for _, p in named if id(p) not in hindsight_ids]
         self.register_optimizer(
             module_id=module_id,
-            optimizer=self._make_optimizer(main_params, config),
+            optimizer=torch.optim.RMSprop(main_params, alpha=RMSPROP_ALPHA, eps=RMSPROP_EPS),
             params=main_params,
             lr_or_lr_schedule=config.lr,
         )
@@ -262,18 +193,10 @@ class HCATorchLearner(TorchLearner):
             self.register_optimizer(
                 module_id=module_id,
                 optimizer_name=HINDSIGHT_OPTIMIZER,
-                optimizer=self._make_optimizer(hindsight_params, config),
+                optimizer=torch.optim.RMSprop(hindsight_params, alpha=RMSPROP_ALPHA, eps=RMSPROP_EPS),
                 params=hindsight_params,
                 lr_or_lr_schedule=config.hindsight_lr or config.lr,
             )
-
-    @staticmethod
-    def _make_optimizer(params, config) -> torch.optim.Optimizer:
-        if config.optimizer_type == "rmsprop":
-            # Stable-Baselines3's A2C: alpha 0.99, eps 1e-5 (torch's default eps 1e-8
-            # gives much larger first steps).
-            return torch.optim.RMSprop(params, alpha=config.rmsprop_alpha, eps=config.optimizer_eps)
-        return torch.optim.Adam(params, eps=config.optimizer_eps)
 
     @override(TorchLearner)
     def compute_loss_for_module(
@@ -296,9 +219,10 @@ class HCATorchLearner(TorchLearner):
         targets = batch[Postprocessing.VALUE_TARGETS]
         vf_loss = _masked_mean((values - targets) ** 2, mask)
         total = policy_loss + config.vf_loss_coeff * vf_loss - config.entropy_coeff * entropy
-        # The policy before this update's step: what the extra classifier passes fit.
-        self._behaviour[module_id] = (fwd_out[Columns.EMBEDDINGS].detach(),
-                                      fwd_out[Columns.ACTION_DIST_INPUTS].detach())
+        if self._extra_passes:
+            # The policy before this update's step: what the extra classifier passes fit.
+            self._step_batches.append((module_id, batch, fwd_out[Columns.EMBEDDINGS].detach(),
+                                       fwd_out[Columns.ACTION_DIST_INPUTS].detach()))
 
         metrics = {
             POLICY_LOSS_KEY: policy_loss,
@@ -308,192 +232,93 @@ class HCATorchLearner(TorchLearner):
             "advantage_mean": _masked_mean(batch[Postprocessing.ADVANTAGES], mask),
         }
         if HINDSIGHT_LOGITS in fwd_out:
-            hindsight_loss = self._classifier_loss(
-                self.module[module_id].unwrapped(), fwd_out[HINDSIGHT_LOGITS],
-                fwd_out[Columns.ACTION_DIST_INPUTS], actions, mask)
-            total = total + config.hindsight_loss_coeff * hindsight_loss
-            metrics["hindsight_loss"] = hindsight_loss
+            classifier_loss = hindsight_loss(fwd_out[HINDSIGHT_LOGITS], actions, mask)
+            total = total + config.hindsight_loss_coeff * classifier_loss
+            metrics["hindsight_loss"] = classifier_loss
         metrics["total_loss"] = total
         self.metrics.log_dict(
             {k: v.detach() for k, v in metrics.items()}, key=module_id, window=1
         )
         return total
 
-    @staticmethod
-    def _hindsight_loss(hindsight_logits, actions, mask) -> torch.Tensor:
-        log_q = torch.log_softmax(hindsight_logits, dim=-1).gather(-1, actions).squeeze(-1)
-        return -_masked_mean(log_q, mask)
-
-    @classmethod
-    def _classifier_loss(cls, module, hindsight_logits, policy_logits, actions, mask) -> torch.Tensor:
-        """The classifier's loss: the cross-entropy of q (`_hindsight_loss`) or, under
-        `hindsight.balanced`, that of softmax(f) alone, f = logits_q - stopgrad(logits_pi),
-        weighted by `credit.balanced_weights` of the behaviour policy `policy_logits`
-        (see the derivation above `credit.balanced_weights`)."""
-        h = module.hindsight_config
-        if not h["balanced"]:
-            return cls._hindsight_loss(hindsight_logits, actions, mask)
-        policy_logits = policy_logits.detach()
-        log_pi = torch.log_softmax(policy_logits, dim=-1).gather(-1, actions).squeeze(-1)
-        weights = credit.balanced_weights(log_pi, policy_logits.shape[-1], h["balanced_clip"])
-        return credit.weighted_cross_entropy(hindsight_logits - policy_logits, actions, weights, mask)
-
-    @classmethod
-    def _pass_loss(cls, module, policy_logits, actions, mask):
-        """`_classifier_loss` as a function of the classifier's logits alone, for passes
-        over the same rows: the real rows are found once (all of them on the lean path:
-        no indexing), and the same ops run on the same values."""
-        if module.hindsight_config["balanced"]:
-            return lambda logits: cls._classifier_loss(module, logits, policy_logits, actions, mask)
-        count = mask.sum().clamp(min=1)
-        rows = None if bool(mask.all()) else mask.nonzero().squeeze(-1)
-
-        def loss(logits):
-            log_q = torch.log_softmax(logits, dim=-1).gather(-1, actions).squeeze(-1)
-            return -(torch.sum(log_q if rows is None else log_q[rows]) / count)
-
-        return loss
-
     @override(TorchLearner)
     def apply_gradients(self, gradients_dict: ParamDict) -> None:
         """Skip the whole update if any gradient is non-finite (a NaN loss gives NaN
         gradients, so this also covers non-finite losses and advantages)."""
-        finite = all_finite(list(gradients_dict.values()))
-        self._last_update_skipped = not finite
-        if not finite:
+        step, self._step_batches = self._step_batches, []
+        if not all_finite(list(gradients_dict.values())):
             logger.warning("Non-finite loss or gradient: skipping this update.")
             self.metrics.log_value((ALL_MODULES, NUM_SKIPPED_UPDATES), 1, reduce="lifetime_sum")
-            for optimizer in self._optimizer_parameters:
-                optimizer.zero_grad(set_to_none=True)
+            for module_id in self.module.keys():
+                for _, optimizer in self.get_optimizers_for_module(module_id):
+                    optimizer.zero_grad(set_to_none=True)
             return
         self.metrics.log_value((ALL_MODULES, NUM_SKIPPED_UPDATES), 0, reduce="lifetime_sum")
         super().apply_gradients(gradients_dict)
+        self._pass_batches.extend(step)
+
+    # --- the extra classifier passes ----------------------------------------------------
 
     @override(TorchLearner)
-    def _update(self, batch: Dict[str, Any]):
-        self._finish_background()
-        extra_passes = self.config.uses_hindsight and self.config.hindsight_epochs > 0
-        self._last_update_skipped = False
-        self._behaviour = {}
-        result = super()._update(batch)
-        if extra_passes and not self._last_update_skipped:
-            # The classifier must keep fitting the policy that produced the data, so the
-            # extra passes use the policy as it was before this update: the detached
-            # latent and logits of its gradient pass.
-            behaviour = self._behaviour
-            if self.config.hindsight_overlap:
-                if self._background_pool is None:
-                    self._background_pool = concurrent.futures.ThreadPoolExecutor(
-                        max_workers=1, thread_name_prefix="hca-classifier",
-                        initializer=lambda: self._background_thread_ids.add(threading.get_ident()))
-                for optimizer in self._hindsight_optimizers():
-                    for group in optimizer.param_groups:
-                        if torch.is_tensor(group["lr"]):
-                            # RLlib's schedule may update its lr tensor in place while
-                            # the passes run: they keep this update's value.
-                            group["lr"] = group["lr"].clone()
-                self._background = self._background_pool.submit(
-                    self._classifier_passes, batch, behaviour)
-            else:
-                self._log_extra_pass_losses(self._classifier_passes(batch, behaviour))
-        self._behaviour = {}
-        losses, self._unlogged_losses = self._unlogged_losses, {}
-        self._log_extra_pass_losses(losses)
-        return result
+    def before_gradient_based_update(self, *, timesteps: Dict[str, Any]) -> None:
+        super().before_gradient_based_update(timesteps=timesteps)
+        self._step_batches, self._pass_batches = [], []
 
-    def _classifier_passes(self, batch: Dict[str, Any], behaviour: Dict[str, Any]) -> Dict[Any, torch.Tensor]:
-        """The extra passes and the memory of one update (in the background thread under
-        `hindsight_overlap`): the last pass's loss per module."""
-        losses = self._extra_hindsight_passes(batch, behaviour)
-        if self.config.hindsight_memory > 0:
-            self._remember(batch, behaviour)
-        return losses
+    @override(TorchLearner)
+    def after_gradient_based_update(self, *, timesteps: Dict[str, Any]) -> None:
+        """The extra classifier passes over each batch of this update that took a step
+        (before RLlib's learning-rate schedules move on)."""
+        batches, self._pass_batches = self._pass_batches, []
+        for module_id, batch, latent, logits in batches:
+            loss = self._classifier_passes(module_id, batch, latent, logits)
+            if loss is not None:
+                self.metrics.log_value((module_id, "hindsight_loss_extra_passes"), loss, window=1)
+        super().after_gradient_based_update(timesteps=timesteps)
 
-    @torch.no_grad()
-    def _remember(self, batch: Dict[str, Any], behaviour: Dict[str, Any]) -> None:
-        """Keep the real steps of this batch (observations, actions, returns and the
-        behaviour policy's logits) for the extra passes of the next `hindsight_memory`
-        updates. The behaviour logits are what keeps replay consistent: under
-        `policy_relative` (and by construction under `balanced`) the loss on a replayed
-        batch, with its own behaviour logits, has the same minimiser f = log P(Z|s,a) + c
-        as on fresh data."""
-        memory = self._hindsight_memory
-        for module_id, module_batch in batch.items():
-            mask = module_batch[Columns.LOSS_MASK].bool()
-            _, logits = behaviour[module_id]
-            store = memory.setdefault(
-                module_id, collections.deque(maxlen=self.config.hindsight_memory))
-            store.append({
-                "obs": module_batch[Columns.OBS][mask].detach().clone(),
-                "actions": module_batch[Columns.ACTIONS][mask].detach().clone(),
-                "returns": module_batch[RETURNS][mask].detach().clone(),
-                "logits": logits[mask].detach().clone(),
-            })
-
-    def _extra_hindsight_passes(self, batch: Dict[str, Any], behaviour: Dict[str, Any]) -> Dict[Any, torch.Tensor]:
-        """`hindsight_epochs` more classifier-only steps on the same batch (plus the real
-        steps of the last `hindsight_memory` batches, one step on the union per pass),
-        with the same gradient clipping as the main step; a pass whose gradient norm is
-        not finite is not applied and ends the passes. Returns the last pass's loss per
-        module. Touches only the classifier's parameters and optimizer (`self._module`:
-        it may run in the background thread)."""
+    def _classifier_passes(self, module_id, batch: Dict[str, Any], latent, logits) -> Optional[torch.Tensor]:
+        """`hindsight_epochs` classifier-only steps on one module's batch, given the
+        behaviour policy's detached `latent` and `logits` there, with the same gradient
+        clipping as the main step; a pass whose gradient norm is not finite is not
+        applied and ends the passes. Returns the last applied pass's loss (None: none)."""
         distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
-        losses = {}
-        for module_id, module_batch in batch.items():
-            module = self._module[module_id].unwrapped()
-            mask = module_batch[Columns.LOSS_MASK].bool()
-            actions = module_batch[Columns.ACTIONS].long().unsqueeze(-1)
-            optimizer = self.get_optimizer(module_id, HINDSIGHT_OPTIMIZER)
-            params = [p for group in optimizer.param_groups for p in group["params"]]
-            obs = module_batch[Columns.OBS]
-            latent, logits = behaviour[module_id]
-            returns = module_batch[RETURNS]
-            remembered = list(self._hindsight_memory.get(module_id, ()))
-            if remembered:
-                # Remembered steps: the current torso's latent (as the held-out check
-                # sees them), their own behaviour logits.
-                old_obs = torch.cat([m["obs"] for m in remembered])
-                with torch.no_grad():
-                    old_latent = module.pi_torso(old_obs)
-                obs = torch.cat([obs, old_obs])
-                latent = torch.cat([latent, old_latent])
-                logits = torch.cat([logits] + [m["logits"] for m in remembered])
-                returns = torch.cat([returns] + [m["returns"] for m in remembered])
-                actions = torch.cat([actions] + [m["actions"].long().unsqueeze(-1) for m in remembered])
-                mask = torch.cat([mask, torch.ones(len(old_obs), dtype=torch.bool, device=mask.device)])
-            # What every pass recomputed the same (the classifier's input under a shared
-            # torso, the loss's real rows): once. Same ops on the same values as
-            # `hindsight_logits` and `_classifier_loss`: the same weights, bitwise
-            # (tests/test_learner_path.py).
-            inputs = None
-            if module.hindsight_config["torso"] != "separate":
-                with torch.no_grad():
-                    inputs = module.hindsight_input(obs, latent, returns)
-            pass_loss = self._pass_loss(module, logits, actions, mask)
-            need_grads = distributed or not self.config.grad_clip
-            for _ in range(self.config.hindsight_epochs):
-                optimizer.zero_grad(set_to_none=True)
-                if inputs is None:
-                    hindsight_logits = module.hindsight_logits(obs, latent, logits, returns)
-                else:
-                    hindsight_logits = module.hindsight_head(inputs, logits)
-                loss = pass_loss(hindsight_logits)
-                loss.backward()
-                if need_grads:
-                    grads = [p.grad for p in params if p.grad is not None]
-                if distributed:
-                    # Outside DDP's forward: average the classifier's gradients by hand.
-                    for grad in grads:
-                        torch.distributed.all_reduce(grad)
-                        grad /= torch.distributed.get_world_size()
-                # One norm serves the finite check (the norm of gradients with a NaN or
-                # inf is not finite) and the clipping.
-                if self.config.grad_clip:
-                    norm = torch.nn.utils.clip_grad_norm_(params, self.config.grad_clip)
-                else:
-                    norm = torch.nn.utils.get_total_norm(grads)
-                if not torch.isfinite(norm):
-                    break
-                optimizer.step()
-                losses[module_id] = loss.detach()
-        return losses
+        module = self.module[module_id].unwrapped()
+        mask = batch[Columns.LOSS_MASK].bool()
+        actions = batch[Columns.ACTIONS].long().unsqueeze(-1)
+        optimizer = self.get_optimizer(module_id, HINDSIGHT_OPTIMIZER)
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        obs, returns = batch[Columns.OBS], batch[RETURNS]
+        # What every pass would recompute the same (the classifier's input under a shared
+        # torso, the loss's real rows): once. Same ops on the same values as
+        # `hindsight_logits` and `hindsight_loss`: the same weights, bitwise
+        # (tests/test_classifier_passes.py).
+        inputs = None
+        if module.hindsight_spec.torso != "separate":
+            with torch.no_grad():
+                inputs = module.hindsight_input(obs, latent, returns)
+        loss_of = pass_loss(actions, mask)
+        last = None
+        for _ in range(self.config.hindsight_epochs):
+            optimizer.zero_grad(set_to_none=True)
+            if inputs is None:
+                hindsight_logits = module.hindsight_logits(obs, latent, logits, returns)
+            else:
+                hindsight_logits = module.hindsight_head(inputs, logits)
+            loss = loss_of(hindsight_logits)
+            loss.backward()
+            grads = [p.grad for p in params if p.grad is not None]
+            if distributed:
+                # Outside DDP's forward: average the classifier's gradients by hand.
+                for grad in grads:
+                    torch.distributed.all_reduce(grad)
+                    grad /= torch.distributed.get_world_size()
+            # One norm serves the finite check (the norm of gradients with a NaN or
+            # inf is not finite) and the clipping.
+            if self.config.grad_clip:
+                norm = torch.nn.utils.clip_grad_norm_(params, self.config.grad_clip)
+            else:
+                norm = get_total_norm(grads)
+            if not torch.isfinite(norm):
+                break
+            optimizer.step()
+            last = loss.detach()
+        return last

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Dict, List, Optional
+import numbers
+from typing import Any, Dict, List, Optional, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -42,51 +43,101 @@ NATURE_CNN_DENSE = 512
 # The smallest image that torso takes: 36 -> 8 -> 3 -> 1 through its three convs.
 MIN_DEFAULT_CNN_SIZE = 36
 
-HINDSIGHT_DEFAULTS: Dict[str, Any] = {
-    # `policy_relative`: logits_q = stopgrad(logits_pi) + f(s, Z); `independent`: f(s, Z).
-    "parameterization": "policy_relative",
-    # How Z enters the classifier: `standardize` (running mean/std), `symlog`, `bins`.
-    "return_encoding": "standardize",
-    # `shared_detached`, `shared` (classifier gradient reaches the policy torso), `separate`.
-    "torso": "shared_detached",
-    # Hidden layers of f(s, Z).
-    "hiddens": [128, 128],
-    # For `return_encoding="bins"`: number of one-hot bins and the range they cover.
-    "num_bins": 21,
-    "bins_range": [-10.0, 10.0],
-    # What the ReturnEncoder sees (its running statistics and its forward): `return`, Z;
-    # `advantage`, Z - V(s) with V detached (computed from `obs` inside the module).
-    "return_input": "return",
-    # Policy-independent training of f (needs `policy_relative`): the classifier loss is
-    # the cross-entropy of softmax(f) alone with per-example weights
-    # min(1 / (A pi(a_t|s_t)), balanced_clip) (`credit.balanced_weights`), so that f
-    # estimates log P(Z|s,a) + c(s, Z); q = softmax(stopgrad(logits_pi) + f) is then the
-    # posterior under the current pi (`credit.balanced_posterior`, docs there).
-    "balanced": False,
-    # Cap of those weights (>= 1): exact for actions with pi(a|s) >= 1 / (A cap).
-    "balanced_clip": 10.0,
-}
+
+
+@dataclasses.dataclass(frozen=True)
+class HindsightSpec:
+    """The hindsight classifier `q(a | s, Z)` (method note, section 3): the config's
+    `hindsight` option, a dict of these fields (`training(hindsight={"torso": "separate"})`
+    sets one and keeps the rest)."""
+
+    # `policy_relative`: logits_q = stopgrad(logits_pi) + f(s, Z), so q == pi exactly
+    # until f learns something; `independent`: logits_q = f(s, Z).
+    parameterization: str = "policy_relative"
+    # How Z enters f: `standardize` (by running mean and std), `symlog`.
+    return_encoding: str = "standardize"
+    # f's input latent: the policy torso's, detached (`shared_detached`) or not
+    # (`shared`: f's gradient reaches the policy torso), or its own torso (`separate`).
+    torso: str = "shared_detached"
+    # Hidden layers of f.
+    hiddens: Tuple[int, ...] = (128, 128)
+
+    def as_dict(self) -> Dict[str, Any]:
+        """The options as the config holds them (JSON values: `hiddens` a list)."""
+        return {**dataclasses.asdict(self), "hiddens": list(self.hiddens)}
+
+
+# The choices of the string options of `HindsightSpec`.
 HINDSIGHT_CHOICES = {
     "parameterization": ("policy_relative", "independent"),
-    "return_encoding": ("standardize", "symlog", "bins"),
+    "return_encoding": ("standardize", "symlog"),
     "torso": ("shared_detached", "shared", "separate"),
-    "return_input": ("return", "advantage"),
+}
+HINDSIGHT_DEFAULTS: Dict[str, Any] = HindsightSpec().as_dict()
+# Options of 0.1.0's classifier that are gone: option -> (the default, whose behaviour
+# stays; what there is instead). A checkpoint holding the default loads as before.
+REMOVED_HINDSIGHT_OPTIONS: Dict[str, Tuple[Any, str]] = {
+    "num_bins": (21, "return_encoding='bins' was removed"),
+    "bins_range": ([-10.0, 10.0], "return_encoding='bins' was removed"),
+    "return_input": ("return", "the classifier conditions on the return Z"),
+    "balanced": (False, "the classifier trains by plain cross-entropy"),
+    "balanced_clip": (10.0, "the classifier trains by plain cross-entropy"),
 }
 
 
-def hindsight_option_error(h: Dict[str, Any]) -> Optional[str]:
-    """The one-line error for the options `HINDSIGHT_CHOICES` does not cover
-    (`balanced`, `balanced_clip`), or None; shared by the config's and the module's checks."""
-    if not isinstance(h.get("balanced"), bool):
-        return f"hindsight.balanced must be True or False, got {h.get('balanced')!r}"
-    clip = h.get("balanced_clip")
-    if (isinstance(clip, bool) or not isinstance(clip, (int, float)) or not math.isfinite(clip)
-            or clip < 1.0):
-        return f"hindsight.balanced_clip must be a finite number >= 1, got {clip!r}"
-    if h["balanced"] and h.get("parameterization") != "policy_relative":
-        return (f"hindsight.balanced=True needs hindsight.parameterization='policy_relative' "
-                f"(q = softmax(stopgrad(logits_pi) + f)), got {h.get('parameterization')!r}")
+def removed_hindsight_option(option: str, value: Any = None, *, checkpoint: bool = False) -> str:
+    """The one-line error for a removed `hindsight` option (`REMOVED_HINDSIGHT_OPTIONS`)."""
+    default, instead = REMOVED_HINDSIGHT_OPTIONS[option]
+    if checkpoint:
+        return (f"hindsight.{option}={value!r} was removed in 0.2.0 ({instead}); only its default "
+                f"{default!r} loads")
+    return f"hindsight.{option} was removed in 0.2.0 ({instead})"
+
+
+def hindsight_error(options: Any) -> Optional[str]:
+    """The one-line error for a `hindsight` dict that is not a valid `HindsightSpec`
+    (unknown or removed option, bad choice, bad layer sizes), or None."""
+    if not isinstance(options, dict):
+        return (f"hindsight must be a dict of options, e.g. {{'torso': 'shared'}}, got {options!r}; "
+                f"allowed options: {sorted(HINDSIGHT_DEFAULTS)}")
+    removed = [option for option in options if option in REMOVED_HINDSIGHT_OPTIONS]
+    if removed:
+        return removed_hindsight_option(removed[0])
+    if options.get("return_encoding") == "bins":
+        return "hindsight.return_encoding='bins' was removed in 0.2.0: use 'standardize' or 'symlog'"
+    unknown = sorted(set(options) - set(HINDSIGHT_DEFAULTS))
+    if unknown:
+        return f"hindsight: unknown option(s) {unknown}; allowed: {sorted(HINDSIGHT_DEFAULTS)}"
+    for option, allowed in HINDSIGHT_CHOICES.items():
+        if options.get(option, HINDSIGHT_DEFAULTS[option]) not in allowed:
+            return f"hindsight.{option} must be one of {list(allowed)}, got {options[option]!r}"
+    hiddens = options.get("hiddens", HINDSIGHT_DEFAULTS["hiddens"])
+    if not isinstance(hiddens, (list, tuple)) or any(
+            isinstance(h, bool) or not isinstance(h, numbers.Integral) or h < 1 for h in hiddens):
+        return f"hindsight.hiddens must be a list of layer sizes (integers >= 1), got {hiddens!r}"
     return None
+
+
+def upgrade_hindsight_options(options: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """A 0.1.0 `hindsight` dict without its removed options where they hold their
+    defaults; ValueError (one line, naming the option) where one holds another value."""
+    options = dict(options or {})
+    for option, (default, _) in REMOVED_HINDSIGHT_OPTIONS.items():
+        if option in options and options[option] != default:
+            raise ValueError(removed_hindsight_option(option, options[option], checkpoint=True))
+        options.pop(option, None)
+    return options
+
+
+def hindsight_spec(options: Optional[Dict[str, Any]]) -> HindsightSpec:
+    """The `HindsightSpec` of a (partial) options dict; ValueError (one line) for a bad
+    one. 0.1.0's options (`REMOVED_HINDSIGHT_DEFAULTS`) are dropped where they hold the
+    value every 0.1.0 module had, and refused, naming the option, where not."""
+    options = upgrade_hindsight_options(options)
+    error = hindsight_error(options)
+    if error:
+        raise ValueError(error)
+    return HindsightSpec(**{**options, "hiddens": tuple(options.get("hiddens", HindsightSpec.hiddens))})
 
 
 def is_image_space(space: gym.Space) -> bool:
@@ -170,15 +221,10 @@ def _mlp(input_dim: int, hiddens: List[int], output_dim: int) -> nn.Sequential:
 class ReturnEncoder(nn.Module):
     """Encodes the return Z for the classifier; keeps running statistics as buffers."""
 
-    def __init__(self, encoding: str, num_bins: int, bins_range: List[float]):
+    def __init__(self, encoding: str):
         super().__init__()
         self.encoding = encoding
-        if encoding == "bins":
-            low, high = bins_range
-            self.register_buffer("bin_edges", torch.linspace(low, high, num_bins + 1)[1:-1])
-            self.output_dim = num_bins
-        else:
-            self.output_dim = 1
+        self.output_dim = 1
         # float32 storage: RLlib's state round trip (checkpoints, weight sync) is float32.
         self.register_buffer("count", torch.zeros(()))
         self.register_buffer("mean", torch.zeros(()))
@@ -217,10 +263,7 @@ class ReturnEncoder(nn.Module):
                 return torch.zeros_like(z).unsqueeze(-1)
             std = torch.sqrt(self.m2 / (self.count - 1)).clamp(min=1e-6)
             return torch.clamp((z - self.mean) / std, -10.0, 10.0).unsqueeze(-1)
-        if self.encoding == "symlog":
-            return (torch.sign(z) * torch.log1p(torch.abs(z))).unsqueeze(-1)
-        index = torch.bucketize(z, self.bin_edges)
-        return nn.functional.one_hot(index, self.output_dim).float()
+        return (torch.sign(z) * torch.log1p(torch.abs(z))).unsqueeze(-1)  # symlog
 
 
 class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
@@ -238,7 +281,10 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
             user_config = dataclasses.asdict(user_config)
         config = {**default_model_config(self.observation_space, user_config), **user_config}
         self.resolved_model_config = config
-        self.hindsight_config = {**HINDSIGHT_DEFAULTS, **(config.get("hindsight") or {})}
+        self.hindsight_spec = hindsight_spec(config.get("hindsight"))
+        if config.get("trust_evidence_bins", 1) != 1:  # a 0.1.0 module's
+            raise ValueError(f"trust_bins was removed in 0.2.0 (one pool of evidence for all decisions); "
+                             f"this module has {config['trust_evidence_bins']} evidence bins")
         num_actions = int(self.action_space.n)
 
         self.pi_torso = Torso(self.observation_space, config)
@@ -259,28 +305,20 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
         self.hindsight = self.hindsight_torso = self.return_encoder = None
         if not config.get("uses_hindsight", True):
             return
-        h = self.hindsight_config
-        for option, allowed in HINDSIGHT_CHOICES.items():
-            if h[option] not in allowed:
-                raise ValueError(f"hindsight.{option} must be one of {list(allowed)}, got {h[option]!r}")
-        error = hindsight_option_error(h)
-        if error:
-            raise ValueError(error)
-        self.hindsight_torso = (
-            Torso(self.observation_space, config) if h["torso"] == "separate" else None
-        )
-        self.return_encoder = ReturnEncoder(h["return_encoding"], h["num_bins"], h["bins_range"])
+        h = self.hindsight_spec
+        self.hindsight_torso = Torso(self.observation_space, config) if h.torso == "separate" else None
+        self.return_encoder = ReturnEncoder(h.return_encoding)
         # The credit state, as buffers so that it is checkpointed with the weights: the
-        # trust in the classifier (`trust="batch"`: its moving average; `"evidence"`:
-        # the last global trust) starts at 0, i.e. as A2C; `trust_evidence` holds the
-        # accumulated `credit.calibration_evidence` [n, sum x, sum x^2, sum d].
+        # trust in the classifier, from 0 (as A2C); `trust_evidence` holds the accumulated
+        # `credit.calibration_evidence` [n, sum x, sum x^2, sum d], one row (the shape
+        # checkpoints hold).
         self.register_buffer("trust", torch.zeros(()))
-        self.register_buffer("trust_evidence", torch.zeros(int(config.get("trust_evidence_bins", 1)), 4))
+        self.register_buffer("trust_evidence", torch.zeros(1, 4))
         h_width = (self.hindsight_torso or self.pi_torso).output_dim
-        self.hindsight = _mlp(h_width + self.return_encoder.output_dim, list(h["hiddens"]), num_actions)
+        self.hindsight = _mlp(h_width + self.return_encoder.output_dim, list(h.hiddens), num_actions)
         _orthogonal_init(self.hindsight, math.sqrt(2))
         final = self.hindsight[-1]
-        if h["parameterization"] == "policy_relative":
+        if h.parameterization == "policy_relative":
             # f == 0 at initialisation, so q == pi exactly: an untrained classifier
             # gives zero credit, not noise.
             nn.init.zeros_(final.weight)
@@ -348,23 +386,19 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
         torso it depends on the head's parameters not at all, so that passes which step
         only the head on fixed inputs can compute it once (`HCATorchLearner`'s extra
         passes)."""
-        torso = self.hindsight_config["torso"]
+        torso = self.hindsight_spec.torso
         if torso == "separate":
             latent = self.hindsight_torso(obs)
         elif torso == "shared_detached":
             latent = policy_latent.detach()
         else:
             latent = policy_latent
-        if self.hindsight_config["return_input"] == "advantage":
-            with torch.no_grad():
-                values = self._values(obs, policy_latent.detach())
-            returns = self.return_encoder_input(returns, values)
         return torch.cat([latent, self.return_encoder(returns)], dim=-1)
 
     def hindsight_head(self, inputs: torch.Tensor, policy_logits: torch.Tensor) -> torch.Tensor:
         """The classifier's logits from `hindsight_input`'s output and the policy's logits."""
         f = self.hindsight(inputs)
-        if self.hindsight_config["parameterization"] == "policy_relative":
+        if self.hindsight_spec.parameterization == "policy_relative":
             return policy_logits.detach() + f
         return f
 
@@ -392,40 +426,13 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
                 f"{what}: this module has no hindsight classifier (credit='a2c' with "
                 f"hindsight_loss_coeff=0 builds none)")
 
-    def return_encoder_input(self, returns: torch.Tensor, values: Optional[torch.Tensor]) -> torch.Tensor:
-        """What the ReturnEncoder's statistics and forward see: `returns` (Z) under
-        `hindsight.return_input="return"`, `returns - values.detach()` (Z - V(s)) under
-        `"advantage"` (`values` may be None for `"return"`)."""
-        if self.hindsight_config["return_input"] == "advantage":
-            if values is None:
-                raise ValueError(
-                    "hindsight.return_input='advantage' needs the values V(s) of the same "
-                    "steps: call update_return_statistics(returns, values) / "
-                    "return_encoder_input(returns, values)")
-            return returns - values.detach().to(returns.dtype)
-        return returns
-
-    def update_return_statistics(self, returns: torch.Tensor,
-                                 values: Optional[torch.Tensor] = None) -> None:
-        """Merge `return_encoder_input(returns, values)` into the running statistics
-        (`values` required under `hindsight.return_input="advantage"`)."""
-        self.return_encoder.update(self.return_encoder_input(returns, values))
+    def update_return_statistics(self, returns: torch.Tensor) -> None:
+        """Merge `returns` (Z) into the return encoder's running statistics."""
+        self.return_encoder.update(returns)
 
     @torch.no_grad()
-    def update_trust(self, batch_trust: torch.Tensor, decay: float) -> torch.Tensor:
-        """`trust="batch"`: exponential moving average of the per-batch trust; returns
-        the new value."""
-        self.trust.mul_(decay).add_((1.0 - decay) * batch_trust)
-        return self.trust.clone()
-
-    @torch.no_grad()
-    def update_trust_evidence(self, batch_evidence: torch.Tensor, decay: float) -> torch.Tensor:
-        """`trust="evidence"`: fold this batch's `credit.calibration_evidence` into the
-        accumulated evidence (`credit.accumulate_evidence`); returns the new value."""
-        if tuple(batch_evidence.shape) != tuple(self.trust_evidence.shape):
-            raise ValueError(
-                f"trust evidence of shape {tuple(batch_evidence.shape)} for a module built for "
-                f"{self.trust_evidence.shape[0]} evidence bin(s): build the module from the same "
-                f"config (trust_bins) that trains it")
-        self.trust_evidence.copy_(credit.accumulate_evidence(self.trust_evidence, batch_evidence, decay))
-        return self.trust_evidence.clone().double()
+    def update_trust_evidence(self, batch_evidence: torch.Tensor) -> torch.Tensor:
+        """Fold this batch's `credit.calibration_evidence` (`[4]`) into the accumulated
+        evidence (`credit.accumulate_evidence`); returns the new value (`[4]`, float64)."""
+        self.trust_evidence[0].copy_(credit.accumulate_evidence(self.trust_evidence[0], batch_evidence))
+        return self.trust_evidence[0].clone().double()

@@ -493,7 +493,7 @@ def verify_checkpoint(path: Path, require_meta: bool = False) -> Dict[str, Any]:
 
 # Config fields that shape the RLModule's weights: a checkpoint restores only into a
 # module built with the same values.
-MODULE_FIELDS = ("hindsight", "trust_bins", "frame_stack", "_model_config")
+MODULE_FIELDS = ("hindsight", "frame_stack", "_model_config")
 
 
 def checkpoint_algorithm(path: Path) -> Tuple[type, Dict[str, Any]]:
@@ -513,6 +513,12 @@ def checkpoint_algorithm(path: Path) -> Tuple[type, Dict[str, Any]]:
         raise CheckpointError(f"checkpoint {str(path)!r}: unreadable class_and_ctor_args.pkl "
                               f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})"
                               ) from None
+    from hca_rllib.fields import upgrade_state
+
+    try:  # a 0.1.0 checkpoint: its removed fields load where they hold their defaults
+        state = upgrade_state(state)
+    except ValueError as error:
+        raise CheckpointError(f"checkpoint {str(path)!r}: {error}") from None
     return algo_class, state
 
 

@@ -202,7 +202,7 @@ def test_hindsight_head_approaches_exact_bandit_posterior(ray_local):
         .environment("HCA/AmbiguousBandit-v0")
         .env_runners(num_envs_per_env_runner=8)
         .training(
-            credit="hca", lr=1e-9, hindsight_lr=3e-3, optimizer_type="adam",
+            credit="hca", lr=1e-9, hindsight_lr=3e-3,
             train_batch_size_per_learner=1024, hindsight_epochs=3,
             hindsight={"hiddens": [32]},
         )

@@ -87,13 +87,13 @@ def test_a2c_parity_quick(tmp_path):
 
 @pytest.mark.benchmark
 def test_credit_modes_quick(tmp_path):
-    """`benchmarks/credit_modes.py --quick`: bandit and CartPole, a2c and expected_hca, seed 0,
+    """`benchmarks/credit_modes.py --quick`: bandit and CartPole, a2c and the default (expected_hca_blend_nomem), seed 0,
     5k env steps per run; every run file and the summary must hold finite numbers."""
     pytest.importorskip("matplotlib")
     _run_script("credit_modes.py", "--quick", "--out", tmp_path, timeout=300)
 
     for task, last_k in (("bandit", 100), ("cartpole", 20)):
-        for method in ("a2c", "expected_hca"):
+        for method in ("a2c", "expected_hca_blend_nomem"):
             path = tmp_path / task / f"{method}_seed0.json"
             assert path.is_file(), path
             run = json.loads(path.read_text())
@@ -131,18 +131,18 @@ def test_credit_modes_quick(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     for task in ("bandit", "cartpole"):
         methods = summary["tasks"][task]["methods"]
-        for method in ("a2c", "expected_hca"):
+        for method in ("a2c", "expected_hca_blend_nomem"):
             stats = methods[method]
             for key in ("iqm", "ci_low", "ci_high", "mean", "mean_env_steps_per_s"):
                 assert _finite(stats[key]), (task, method, key, stats[key])
             assert stats["ci_low"] <= stats["iqm"] <= stats["ci_high"]
             assert _finite(stats["diagnostics_last10"]["info/mutual_information"])
-        vs = methods["expected_hca"]["vs_a2c"]
+        vs = methods["expected_hca_blend_nomem"]["vs_a2c"]
         assert 0.0 <= vs["probability_of_improvement"] <= 1.0
         assert _finite(vs["iqm_ratio"])  # a2c's IQM is > 0 on both tasks
         assert _finite(vs["paired_difference"]["mean"])
     text = (tmp_path / "summary.md").read_text()
-    assert "| cartpole | expected_hca |" in text and "credit_modes.py" in text
+    assert "| cartpole | expected_hca_blend_nomem |" in text and "credit_modes.py" in text
     for name in ("curves_bandit.png", "curves_cartpole.png", "final_scores.png"):
         assert (tmp_path / name).stat().st_size > 0, name
     # The script's own resume check accepts the compact cell it wrote and refuses it for
@@ -151,7 +151,7 @@ def test_credit_modes_quick(tmp_path):
     cell = json.loads((tmp_path / "bandit" / "a2c_seed0.json").read_text())
     assert cell["record_format"] == "compact-1"
     assert credit_modes._stored_mismatch(("bandit", 0, "a2c"), cell) is None
-    assert "overrides" in credit_modes._stored_mismatch(("bandit", 0, "expected_hca"), cell)
+    assert "overrides" in credit_modes._stored_mismatch(("bandit", 0, "expected_hca_blend_nomem"), cell)
     assert "env" in credit_modes._stored_mismatch(("shortcut", 0, "a2c"), cell)
 
 
@@ -343,7 +343,7 @@ def test_decision_information_closed_forms():
 
 @pytest.mark.benchmark
 def test_learning_quick(tmp_path):
-    """`benchmarks/learning.py --quick`: MinAtar Breakout and bsuite umbrella, a2c and expected_hca,
+    """`benchmarks/learning.py --quick`: MinAtar Breakout and bsuite umbrella, a2c and the default (expected_hca_blend_nomem),
     2 seeds, 3k steps; cell files, resume (a second call makes no run), the summary's
     aggregates and targets."""
     pytest.importorskip("matplotlib")
@@ -352,7 +352,7 @@ def test_learning_quick(tmp_path):
     assert json.loads((tmp_path / "minatar_Breakout" / "random.json").read_text())["episodes"] == 5
     assert not (tmp_path / "umbrella_length_10" / "random.json").exists()
     for task in ("minatar_Breakout", "umbrella_length_10"):
-        for method in ("a2c", "expected_hca"):
+        for method in ("a2c", "expected_hca_blend_nomem"):
             for seed in (0, 1):
                 path = tmp_path / task / f"{method}_seed{seed}.json"
                 run = json.loads(path.read_text())
@@ -371,21 +371,21 @@ def test_learning_quick(tmp_path):
     learning = _import_benchmark("learning")
     cell = json.loads((tmp_path / "umbrella_length_10" / "a2c_seed1.json").read_text())
     assert learning._stored_mismatch(("umbrella_length_10", 1, "a2c"), cell) is None
-    assert "overrides" in learning._stored_mismatch(("umbrella_length_10", 1, "expected_hca"), cell)
+    assert "overrides" in learning._stored_mismatch(("umbrella_length_10", 1, "expected_hca_blend_nomem"), cell)
     del cell["final_return"]
     assert "terminal-reward" in learning._stored_mismatch(("umbrella_length_10", 1, "a2c"), cell)
     summary = json.loads((tmp_path / "summary.json").read_text())
     for domain in ("bsuite", "MinAtar"):
         agg = summary["domains"][domain]
         assert agg["seeds"] == [0, 1] and len(agg["tasks"]) == 1
-        hca = agg["methods"]["expected_hca"]
+        hca = agg["methods"]["expected_hca_blend_nomem"]
         lo, hi = hca["iqm_ci"]
         assert lo <= hca["iqm"] <= hi and 0.0 <= hca["probability_of_improvement"] <= 1.0
         assert _finite(hca["iqm_difference_vs_a2c"]["point"])
     norm = summary["normalisation"]["umbrella_length_10"]
     assert (norm["random"], norm["reference"]) == (0.0, 1.0)
     text = (tmp_path / "summary.md").read_text()
-    assert "## Targets" in text and "| umbrella_length_10 | expected_hca |" in text
+    assert "## Targets" in text and "| umbrella_length_10 | expected_hca_blend_nomem |" in text
     for name in ("curves_minatar.png", "curves_bsuite.png", "aggregates.png"):
         assert (tmp_path / name).stat().st_size > 0, name
 
@@ -398,27 +398,27 @@ def test_credit_analysis_quick(tmp_path):
     assert set(summary["settings"]) == {"delayed_effect_L3_sd1", "key_to_door_L5_sd1"}
     for name, entry in summary["settings"].items():
         assert 0.0 < entry["information"]["information"] < math.log(2)
-        for method in ("a2c", "hca_pure"):
+        for method in ("a2c", "hca_pure_nomem"):
             stats = entry["methods"][method]
             assert len(stats["p_good"]) == 2 and all(0.0 <= p <= 1.0 for p in stats["p_good"])
         assert _finite(entry["methods"]["a2c"]["mutual_information_last10"])
         assert _finite(entry["methods"]["a2c"]["mutual_information_peak"])
-        assert _finite(entry["methods"]["hca_pure"]["vs_a2c"]["mean"])
+        assert _finite(entry["methods"]["hca_pure_nomem"]["vs_a2c"]["mean"])
         run = json.loads((tmp_path / name / "a2c_seed0.json").read_text())
         assert run["env_check"]["env_config_reached"] is True
     agg = summary["aggregate"]
     assert agg["seeds"] == [0, 1] and len(agg["settings"]) == 2
-    diff = agg["methods"]["hca_pure"]["difference_vs_a2c"]
+    diff = agg["methods"]["hca_pure_nomem"]["difference_vs_a2c"]
     assert diff["ci"][0] <= diff["point"] <= diff["ci"][1]
     assert diff["bonferroni_ci"][0] <= diff["ci"][0] and diff["ci"][1] <= diff["bonferroni_ci"][1]
-    assert _finite(agg["methods"]["hca_pure"]["mean_difference_vs_a2c"]["point"])
+    assert _finite(agg["methods"]["hca_pure_nomem"]["mean_difference_vs_a2c"]["point"])
     assert (tmp_path / "credit_analysis.png").stat().st_size > 0
 
 
 def test_learning_shards_keep_task_seed_blocks_together():
     learning = _import_benchmark("learning")
     tasks, methods = ["minatar_Breakout", "umbrella_length_10", "discounting_chain"], \
-        ["a2c", "hca", "c2a2c", "mix"]
+        ["a2c", "hca", "c2a2c", "expected_hca"]
     items = learning.plan(tasks, [0, 1, 2], methods)
     shards = [learning.shard(items, f"{i}/2") for i in range(2)]
     assert sorted(shards[0] + shards[1]) == sorted(items) and not set(shards[0]) & set(shards[1])
@@ -433,15 +433,15 @@ def test_learning_shards_keep_task_seed_blocks_together():
 
 def _summary(bsuite_seeds, minatar_seeds, ci_low, worse_games):
     bsuite = {"a2c": {"iqm": 0.1}}
-    for mode, iqm in (("hca", 0.3), ("c2a2c", 0.2), ("mix", 0.1)):
+    for mode, iqm in (("hca", 0.3), ("c2a2c", 0.2), ("expected_hca", 0.1)):
         bsuite[mode] = {"iqm": iqm, "iqm_difference_vs_a2c": {"point": iqm - 0.1, "ci": [0, 1]},
                         "iqm_difference_vs_a2c_bonferroni": {"level": 0.983, "ci": [ci_low, 1.0]}}
     tasks = {f"minatar_{g}": {"domain": "MinAtar", "methods": {
         "a2c": {"vs_a2c": None},
         **{m: {"vs_a2c": {"significantly_worse": f"minatar_{g}" in worse_games.get(m, [])}}
-           for m in ("hca", "c2a2c", "mix")}}} for g in ("Breakout", "Asterix", "Freeway")}
+           for m in ("hca", "c2a2c", "expected_hca")}}} for g in ("Breakout", "Asterix", "Freeway")}
     return {"domains": {"bsuite": {"methods": bsuite, "seeds": list(range(bsuite_seeds))},
-                        "MinAtar": {"methods": {m: {} for m in ("a2c", "hca", "c2a2c", "mix")},
+                        "MinAtar": {"methods": {m: {} for m in ("a2c", "hca", "c2a2c", "expected_hca")},
                                     "seeds": list(range(minatar_seeds))}},
             "tasks": tasks}
 
@@ -682,7 +682,7 @@ def test_benchmark_method_lists_name_known_methods():
             module = importlib.import_module(name)
             known = set(getattr(module, table))
             for listing in ("DEFAULT_METHODS", "QUICK_METHODS", "QUICK_VARIANTS", "DEFAULT_METHOD",
-                            "CANDIDATE"):
+                            "DEFAULT_VARIANT"):
                 names = getattr(module, listing, ())
                 names = (names,) if isinstance(names, str) else names
                 assert set(names) <= known, (name, listing, set(names) - known)

@@ -1,11 +1,10 @@
 """The classifier's extra passes (`hindsight_epochs`) with their per-update work done once
-(`HCATorchLearner._extra_hindsight_passes`: the head's input and the loss's real rows)
-give the same weights, bitwise, as the passes written the plain way (`reference_passes`
-below: the loop as it was before that change, each pass recomputing everything), for the
-same seed and episodes: on both learner paths (lean: every row real; RLlib's: artificial
-rows masked out), with and without memory, under every classifier option the loop
-distinguishes (shared, detached or separate torso; return or advantage input; balanced;
-independent parameterization; no gradient clipping)."""
+(`HCATorchLearner._classifier_passes`: the head's input and the loss's real rows) give the
+same weights, bitwise, as the passes written the plain way (`reference_passes` below,
+each pass recomputing everything), for the same seed and episodes: on both learner paths
+(lean: every row real; RLlib's: artificial rows masked out), under every classifier
+option the loop distinguishes (shared, detached or separate torso; independent
+parameterization; no gradient clipping)."""
 
 import copy
 
@@ -14,68 +13,51 @@ import torch
 
 from ray.rllib.core.columns import Columns
 
-from hca_rllib.learner import HINDSIGHT_OPTIMIZER, HCATorchLearner
+from hca_rllib.learner import HINDSIGHT_OPTIMIZER, HCATorchLearner, hindsight_loss
 from hca_rllib.module import RETURNS
 
 from test_learner_path import MID, build, make_config, make_episodes, module_state
 
 
-def reference_passes(self, batch, behaviour):
-    """The extra passes as written before their fixed work was hoisted (no DDP)."""
-    losses = {}
-    for module_id, module_batch in batch.items():
-        module = self._module[module_id].unwrapped()
-        mask = module_batch[Columns.LOSS_MASK].bool()
-        actions = module_batch[Columns.ACTIONS].long().unsqueeze(-1)
-        optimizer = self.get_optimizer(module_id, HINDSIGHT_OPTIMIZER)
-        params = [p for group in optimizer.param_groups for p in group["params"]]
-        obs = module_batch[Columns.OBS]
-        latent, logits = behaviour[module_id]
-        returns = module_batch[RETURNS]
-        remembered = list(self._hindsight_memory.get(module_id, ()))
-        if remembered:
-            old_obs = torch.cat([m["obs"] for m in remembered])
-            with torch.no_grad():
-                old_latent = module.pi_torso(old_obs)
-            obs = torch.cat([obs, old_obs])
-            latent = torch.cat([latent, old_latent])
-            logits = torch.cat([logits] + [m["logits"] for m in remembered])
-            returns = torch.cat([returns] + [m["returns"] for m in remembered])
-            actions = torch.cat([actions] + [m["actions"].long().unsqueeze(-1) for m in remembered])
-            mask = torch.cat([mask, torch.ones(len(old_obs), dtype=torch.bool, device=mask.device)])
-        for _ in range(self.config.hindsight_epochs):
-            optimizer.zero_grad(set_to_none=True)
-            hindsight_logits = module.hindsight_logits(obs, latent, logits, returns)
-            loss = self._classifier_loss(module, hindsight_logits, logits, actions, mask)
-            loss.backward()
-            grads = [p.grad for p in params if p.grad is not None]
-            if self.config.grad_clip:
-                norm = torch.nn.utils.clip_grad_norm_(params, self.config.grad_clip)
-            else:
-                norm = torch.nn.utils.get_total_norm(grads)
-            if not torch.isfinite(norm):
-                break
-            optimizer.step()
-            losses[module_id] = loss.detach()
-    return losses
+def reference_passes(self, module_id, batch, latent, logits):
+    """The extra passes written the plain way (no DDP)."""
+    module = self.module[module_id].unwrapped()
+    mask = batch[Columns.LOSS_MASK].bool()
+    actions = batch[Columns.ACTIONS].long().unsqueeze(-1)
+    optimizer = self.get_optimizer(module_id, HINDSIGHT_OPTIMIZER)
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    obs, returns = batch[Columns.OBS], batch[RETURNS]
+    last = None
+    for _ in range(self.config.hindsight_epochs):
+        optimizer.zero_grad(set_to_none=True)
+        hindsight_logits = module.hindsight_logits(obs, latent, logits, returns)
+        loss = hindsight_loss(hindsight_logits, actions, mask)
+        loss.backward()
+        grads = [p.grad for p in params if p.grad is not None]
+        if self.config.grad_clip:
+            norm = torch.nn.utils.clip_grad_norm_(params, self.config.grad_clip)
+        else:
+            norm = torch.nn.utils.get_total_norm(grads)
+        if not torch.isfinite(norm):
+            break
+        optimizer.step()
+        last = loss.detach()
+    return last
 
 
 OPTIONS = {
-    # The default credit mode's classifier (benchmarks/common.py DEFAULT_CREDIT, smaller).
+    # The default credit mode's classifier (smaller).
     "default": ({}, {}),
-    "memory": ({"hindsight_memory": 2}, {}),
-    "shared_advantage_balanced": ({"hindsight_memory": 1},
-                                  {"torso": "shared", "return_input": "advantage", "balanced": True}),
+    "shared": ({}, {"torso": "shared"}),
     "separate_torso": ({}, {"torso": "separate"}),
-    "independent_bins": ({}, {"parameterization": "independent", "return_encoding": "bins"}),
+    "independent_symlog": ({}, {"parameterization": "independent", "return_encoding": "symlog"}),
     "no_grad_clip": ({"grad_clip": None}, {}),
 }
 
 
 def _config(option):
     training, hindsight = OPTIONS[option]
-    config = make_config("expected_hca").training(
-        hindsight_epochs=4, trust_calibration="blend", **training)
+    config = make_config("expected_hca").training(hindsight_epochs=4, **training)
     return config.training(hindsight={"hiddens": [16, 16], **hindsight})
 
 
@@ -86,7 +68,7 @@ def test_extra_passes_give_the_reference_weights_bitwise(option, path, monkeypat
     config = _config(option)
     fast, _ = build(config, path, 1)
     slow, _ = build(config, path, 1, state=fast.module[MID].get_state())
-    monkeypatch.setattr(slow, "_extra_hindsight_passes", reference_passes.__get__(slow, HCATorchLearner))
+    monkeypatch.setattr(slow, "_classifier_passes", reference_passes.__get__(slow, HCATorchLearner))
     for update in range(3):
         episodes = make_episodes(100 * update + 7)
         out_fast = fast.update(episodes=copy.deepcopy(episodes))

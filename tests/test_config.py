@@ -14,8 +14,9 @@ import pytest
 import hca_rllib
 from hca_rllib import A2C, HCA, A2CConfig, HCAConfig
 from hca_rllib.credit import CREDIT_MODES
-from hca_rllib.hca import HCA_TRAINING_DEFAULTS, RENAMED_FIELDS
-from hca_rllib.module import HINDSIGHT_DEFAULTS
+from hca_rllib.fields import FIELD_COUNT, REMOVED_FIELDS, REMOVED_VALUES, OTHER_FIELDS
+from hca_rllib.hca import HCA_TRAINING_DEFAULTS
+from hca_rllib.module import HINDSIGHT_DEFAULTS, REMOVED_HINDSIGHT_OPTIONS, HindsightSpec
 
 
 def cartpole(**training) -> HCAConfig:
@@ -28,13 +29,10 @@ def cartpole(**training) -> HCAConfig:
 
 INVALID = [
     # (id, training kwargs, regex the message must match)
-    ("credit", {"credit": "bogus"}, r"credit must be one of \['a2c', 'hca', 'c2a2c', 'mix', 'expected_hca'\].*'bogus'"),
-    ("trust", {"trust": "bogus"}, r"trust must be one of \['evidence', 'batch', None\], got 'bogus'"),
-    ("trust_max_scale", {"trust_max_scale": 0.0}, r"trust_max_scale must be in \(0\.0, inf\)"),
-    ("trust_calibration", {"trust_calibration": "x"}, r"trust_calibration must be one of \['weights', 'blend'\], got 'x'"),
-    ("trust_information", {"trust_information": -1.0}, r"trust_information must be in \(0\.0, inf\)"),
-    ("return_mode", {"return_mode": "td"}, r"return_mode must be one of \['bootstrap', 'monte_carlo'\].*'td'"),
-    ("optimizer_type", {"optimizer_type": "sgd"}, r"optimizer_type must be one of \['rmsprop', 'adam'\].*'sgd'"),
+    ("credit", {"credit": "bogus"}, r"credit must be one of \['a2c', 'hca', 'c2a2c', 'expected_hca'\].*'bogus'"),
+    ("credit_mix", {"credit": "mix"}, r"^credit='mix' was removed in 0\.2\.0: use 'hca' or 'expected_hca'$"),
+    ("trust", {"trust": "bogus"}, r"trust must be one of \['evidence', None\], got 'bogus'"),
+    ("trust_batch", {"trust": "batch"}, r"^trust='batch' was removed in 0\.2\.0"),
     ("gamma_0", {"gamma": 0.0}, r"gamma must be in \(0\.0, 1\.0\]"),
     ("gamma_1.5", {"gamma": 1.5}, r"gamma must be in \(0\.0, 1\.0\]"),
     ("gamma_nan", {"gamma": math.nan}, r"gamma must be in \(0\.0, 1\.0\]"),
@@ -43,48 +41,12 @@ INVALID = [
     ("vf_loss_coeff", {"vf_loss_coeff": -0.5}, r"vf_loss_coeff must be in \[0\.0, inf\)"),
     ("entropy_coeff", {"entropy_coeff": -0.01}, r"entropy_coeff must be in \[0\.0, inf\)"),
     ("hindsight_loss_coeff", {"hindsight_loss_coeff": -1.0}, r"hindsight_loss_coeff must be in \[0\.0, inf\)"),
-    ("hca_ratio_clip", {"hca_ratio_clip": 0.5}, r"hca_ratio_clip must be in \[1\.0, inf\)"),
     ("c2a2c_delta", {"c2a2c_delta": 0.0}, r"c2a2c_delta must be in \(0\.0, inf\)"),
-    ("mix_eta", {"mix_eta": 1.5}, r"mix_eta must be in \[0\.0, 1\.0\]"),
-    ("trust_z", {"trust_z": 0.0}, r"trust_z must be in \(0\.0, inf\)"),
-    ("trust_decay", {"trust_decay": 1.0}, r"trust_decay must be in \[0\.0, 1\.0\)"),
     ("hindsight_epochs_neg", {"hindsight_epochs": -1}, r"hindsight_epochs must be an integer in \[0, "),
     ("hindsight_epochs_float", {"hindsight_epochs": 1.5}, r"hindsight_epochs must be an integer in \[0, "),
-    ("rmsprop_alpha", {"rmsprop_alpha": 1.0}, r"rmsprop_alpha must be in \(0\.0, 1\.0\)"),
-    ("optimizer_eps", {"optimizer_eps": 0.0}, r"optimizer_eps must be in \(0\.0, 1\.0\]"),
-    ("hindsight_lr", {"hindsight_lr": 0.0}, r"hindsight_lr must be in \(0\.0, inf\)"),
-    (
-        "parameterization",
-        {"hindsight": {"parameterization": "absolute"}},
-        r"hindsight\.parameterization must be one of \['policy_relative', 'independent'\]",
-    ),
-    (
-        "return_encoding",
-        {"hindsight": {"return_encoding": "raw"}},
-        r"hindsight\.return_encoding must be one of \['standardize', 'symlog', 'bins'\]",
-    ),
-    (
-        "torso",
-        {"hindsight": {"torso": "frozen"}},
-        r"hindsight\.torso must be one of \['shared_detached', 'shared', 'separate'\]",
-    ),
-    (
-        "num_bins",
-        {"hindsight": {"return_encoding": "bins", "num_bins": 1}},
-        r"hindsight\.num_bins must be an integer in \[2, ",
-    ),
-    (
-        "bins_range",
-        {"hindsight": {"return_encoding": "bins", "bins_range": [1.0, 0.0]}},
-        r"hindsight\.bins_range must be \[low, high\] with low < high",
-    ),
-    (
-        "monte_carlo",
-        {"return_mode": "monte_carlo"},
-        r'return_mode="monte_carlo" needs batch_mode="complete_episodes"',
-    ),
-    ("lr_nan", {"lr": math.nan}, r"lr must be in \(0\.0, inf\)"),
-    ("lr_inf", {"lr": math.inf}, r"lr must be in \(0\.0, inf\)"),
+    ("hindsight_lr", {"hindsight_lr": 0.0}, r"hindsight_lr must be in \(0\.0, inf\) \(None: the same as lr\)"),
+    ("lr_nan", {"lr": math.nan}, r"lr must be a number > 0 or a schedule"),
+    ("lr_inf", {"lr": math.inf}, r"lr must be a number > 0 or a schedule"),
 ]
 
 
@@ -95,22 +57,35 @@ def test_invalid_setting_raises(kwargs, match):
         config.validate()
 
 
+HINDSIGHT_INVALID = [
+    ("parameterization", {"parameterization": "absolute"},
+     r"hindsight\.parameterization must be one of \['policy_relative', 'independent'\]"),
+    ("return_encoding", {"return_encoding": "raw"}, r"hindsight\.return_encoding must be one of \['standardize', 'symlog'\]"),
+    ("bins", {"return_encoding": "bins"}, r"^hindsight\.return_encoding='bins' was removed in 0\.2\.0"),
+    ("torso", {"torso": "frozen"}, r"hindsight\.torso must be one of \['shared_detached', 'shared', 'separate'\]"),
+    ("hiddens", {"hiddens": [0]}, r"hindsight\.hiddens must be a list of layer sizes"),
+]
+
+
+@pytest.mark.parametrize("options,match", [c[1:] for c in HINDSIGHT_INVALID], ids=[c[0] for c in HINDSIGHT_INVALID])
+def test_invalid_hindsight_option_raises_when_set(options, match):
+    with pytest.raises(ValueError, match=match):
+        HCAConfig().training(hindsight=options)
+
+
 VALID = [
     ("gamma_1", {"gamma": 1.0}),
     ("lambda_0", {"lambda_": 0.0}),
     ("lambda_1", {"lambda_": 1.0}),
     ("coeffs_0", {"vf_loss_coeff": 0.0, "entropy_coeff": 0.0}),
     ("hindsight_coeff_0_with_extra_passes", {"hindsight_loss_coeff": 0.0, "hindsight_epochs": 1}),
-    ("hca_ratio_clip_1", {"hca_ratio_clip": 1.0}),
-    ("mix_eta_edges", {"mix_eta": 0.0}),
     ("trust_none", {"trust": None}),
-    ("trust_decay_0", {"trust_decay": 0.0}),
     ("hindsight_epochs_3", {"hindsight_epochs": 3}),
     ("hindsight_lr", {"hindsight_lr": 1e-3}),
-    ("adam", {"optimizer_type": "adam"}),
-    ("bins", {"hindsight": {"return_encoding": "bins", "num_bins": 2, "bins_range": [-1.0, 1.0]}}),
-    # num_bins / bins_range only matter with the bins encoding.
-    ("num_bins_unused", {"hindsight": {"return_encoding": "symlog", "num_bins": 1}}),
+    ("hindsight_lr_none", {"hindsight_lr": None}),
+    ("symlog", {"hindsight": {"return_encoding": "symlog"}}),
+    ("spec", {"hindsight": HindsightSpec(torso="separate", hiddens=(16,))}),
+    ("lr_schedule", {"lr": [[0, 1e-3], [1000, 1e-4]]}),
 ] + [(f"credit_{c}", {"credit": c}) for c in CREDIT_MODES]
 
 
@@ -119,78 +94,107 @@ def test_valid_setting_accepted(kwargs):
     cartpole(**kwargs).validate()
 
 
-# The fields renamed so as not to collide with RLlib's names: each old name gives one line
-# naming the new field, however it comes in.
-RENAMES = [("optimizer", "optimizer_type", "adam"), ("returns", "return_mode", "monte_carlo"),
-           ("reliability_z", "trust_z", 3.0), ("reliability_information", "trust_information", 0.1),
-           ("reliability_decay", "trust_decay", 0.5)]
-REASON = {"optimizer": "so as not to collide with RLlib's names",
-          "returns": "so as not to collide with RLlib's names"}
+# --------------------------------------------------------------------------------------
+# The field count, and the fields 0.1.0 had that are gone
+# --------------------------------------------------------------------------------------
 
 
-def _reason(old):
-    return REASON.get(old, "one name for the trust in the classifier")
-
-
-def test_renamed_fields_are_all_tested_and_not_rllib_fields():
+def test_at_most_20_training_fields():
+    """The fields a user can set on top of RLlib's, each `hindsight` option counted: the
+    top-level training fields, the classifier's options, `sampler`, `learner_path` and
+    `frame_stack`."""
+    top_level = [k for k in HCA_TRAINING_DEFAULTS if k != "hindsight"]
+    assert FIELD_COUNT == len(top_level) + len(HINDSIGHT_DEFAULTS) + len(OTHER_FIELDS) == 15
+    assert FIELD_COUNT <= 20
+    config = HCAConfig()
     from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 
-    assert RENAMED_FIELDS == {old: new for old, new, _ in RENAMES}
-    rllib = AlgorithmConfig()
-    for old, new, _ in RENAMES:
-        assert not hasattr(rllib, new), new  # the new names collide with nothing in RLlib
-        assert new in HCA_TRAINING_DEFAULTS and old not in HCA_TRAINING_DEFAULTS
-    # `optimizer` really is RLlib's (an old-API-stack dict): the reason for the rename.
-    assert rllib.optimizer == {}
+    # `lambda_` is RLlib's own GAE field (its PPOConfig's), not in the base AlgorithmConfig.
+    ours = set(vars(config)) - set(vars(AlgorithmConfig())) - {"_auto_paths_logged", "lambda_"}
+    assert ours == set(HCA_TRAINING_DEFAULTS) | set(OTHER_FIELDS)
 
 
-def test_reliability_z_none_points_at_trust_none():
-    with pytest.raises(ValueError, match=r"^'reliability_z' was renamed 'trust_z'; the pure estimator \(no trust\) is trust=None$"):
-        HCAConfig().training(reliability_z=None)
+def test_removed_fields_are_gone_from_the_config():
+    config = HCAConfig()
+    for field in REMOVED_FIELDS:
+        assert not hasattr(config, field), field
+    assert set(HINDSIGHT_DEFAULTS) == {"parameterization", "return_encoding", "torso", "hiddens"}
 
 
-@pytest.mark.parametrize("old,new,value", RENAMES)
-def test_old_field_name_in_training_names_the_new_one(old, new, value):
+@pytest.mark.parametrize("field", sorted(REMOVED_FIELDS))
+def test_removed_field_in_training_is_one_line(field):
+    default, instead = REMOVED_FIELDS[field]
     with pytest.raises(ValueError) as error:
-        HCAConfig().training(**{old: value})
-    message = str(error.value)
-    assert "\n" not in message
-    assert message == f"{old!r} was renamed {new!r} ({_reason(old)}): use {new}={value!r}"
-    # The new name works and sets the field.
-    assert getattr(HCAConfig().training(**{new: value}), new) == value
+        HCAConfig().training(**{field: default})
+    assert str(error.value) == f"{field} was removed in 0.2.0 ({instead})"
 
 
-@pytest.mark.parametrize("old,new,value", RENAMES)
-def test_old_field_name_in_a_config_dict_names_the_new_one(old, new, value):
-    with pytest.raises(ValueError, match=rf"^'{old}' was renamed '{new}' .*use {new}={value!r}$"):
-        HCAConfig().update_from_dict({old: value})
-    with pytest.raises(ValueError, match=rf"^'{old}' was renamed '{new}'"):
-        HCAConfig.from_dict({"env": "CartPole-v1", old: value})
-    # Set as an attribute (bypassing training()), validation catches it.
+@pytest.mark.parametrize("field", sorted(REMOVED_FIELDS))
+def test_removed_field_in_a_config_dict_is_one_line(field):
+    default, _ = REMOVED_FIELDS[field]
+    with pytest.raises(ValueError, match=rf"^{field} was removed in 0\.2\.0 \(.*\)$"):
+        HCAConfig().update_from_dict({field: default})
+    with pytest.raises(ValueError, match=rf"^{field} was removed"):
+        HCAConfig.from_dict({"env": "CartPole-v1", field: default})
+
+
+def test_removed_field_as_attribute_loads_at_its_default_and_names_itself_otherwise():
+    """A 0.1.0 config state (a checkpoint's, RLlib's `from_state`) carries every removed
+    field: at its default it is dropped, with another value validation names it."""
     config = cartpole()
-    setattr(config, old, value)
-    with pytest.raises(ValueError, match=rf"^'{old}' was renamed '{new}'"):
+    for field, (default, _) in REMOVED_FIELDS.items():
+        setattr(config, field, default)
+    config.validate()
+    assert not any(hasattr(config, field) for field in REMOVED_FIELDS)
+    config = cartpole()
+    config.hindsight_memory = 4
+    with pytest.raises(ValueError, match=r"^hindsight_memory=4 was removed in 0\.2\.0 \(.*\); only its default 0 loads$"):
         config.validate()
 
 
-@pytest.mark.parametrize("old,new,value", RENAMES)
-def test_old_field_name_in_cli_set_is_one_line_exit_2(old, new, value, tmp_path, capsys):
+def test_removed_hindsight_options():
+    for option, (default, instead) in REMOVED_HINDSIGHT_OPTIONS.items():
+        with pytest.raises(ValueError) as error:
+            HCAConfig().training(hindsight={option: default})
+        assert str(error.value) == f"hindsight.{option} was removed in 0.2.0 ({instead})"
+        with pytest.raises(ValueError, match=rf"hindsight\.{option} was removed"):
+            HCAConfig().update_from_dict({"hindsight": {option: default}})
+
+
+def test_removed_field_in_from_state_loads_at_its_default():
+    old = cartpole().get_state()
+    old.update({field: default for field, (default, _) in REMOVED_FIELDS.items()})
+    old["hindsight"] = {**old["hindsight"], **{k: d for k, (d, _) in REMOVED_HINDSIGHT_OPTIONS.items()}}
+    config = HCAConfig.from_state(old)
+    assert config.hindsight == HINDSIGHT_DEFAULTS and not hasattr(config, "trust_bins")
+    config.validate()
+    old["trust_bins"] = [0.1]
+    with pytest.raises(ValueError, match=r"^trust_bins=\[0\.1\] was removed in 0\.2\.0"):
+        HCAConfig.from_state(old)
+
+
+def test_removed_values_name_what_replaces_them():
+    assert set(REMOVED_VALUES) == {("credit", "mix"), ("trust", "batch")}
+
+
+@pytest.mark.parametrize("field", ["hindsight_memory", "trust_calibration"])
+def test_removed_field_in_cli_set_is_one_line_exit_2(field, tmp_path, capsys):
     from hca_rllib.cli import main
 
-    code = main(["train", "--set", f"{old}={value}", "--output", str(tmp_path / "run")])
+    code = main(["train", "--set", f"{field}=0", "--output", str(tmp_path / "run")])
     err = capsys.readouterr().err
     assert code == 2
-    assert err == f"hca-rllib: error: {old!r} was renamed {new!r} ({_reason(old)}): use {new}={value!r}\n"
+    assert err == f"hca-rllib: error: --set: {field} was removed in 0.2.0 ({REMOVED_FIELDS[field][1]})\n"
     assert not (tmp_path / "run").exists()  # refused before anything is written
 
 
 def test_rllib_own_optimizer_dict_still_passes():
     # RLlib's `optimizer` field (a dict, old API stack) is RLlib's: to_dict / from_dict
-    # round trips carry it, and it is not mistaken for the old name.
-    config = cartpole(optimizer_type="adam")
+    # round trips carry it.
+    config = cartpole()
     assert config.to_dict()["optimizer"] == {}
     again = HCAConfig.from_dict(config.to_dict())
-    assert again.optimizer_type == "adam" and again.optimizer == {}
+    assert again.optimizer == {}
     again.validate()
     cartpole(optimizer={"type": "ignored"}).validate()
 
@@ -198,11 +202,6 @@ def test_rllib_own_optimizer_dict_still_passes():
 def test_unknown_hindsight_option_raises_in_training():
     with pytest.raises(ValueError, match=r"hindsight: unknown option\(s\) \['bogus'\].*allowed"):
         HCAConfig().training(hindsight={"bogus": 1})
-
-
-def test_monte_carlo_accepted_with_complete_episodes():
-    config = cartpole(return_mode="monte_carlo").env_runners(batch_mode="complete_episodes")
-    config.validate()
 
 
 def test_continuous_action_space_rejected():
@@ -257,24 +256,19 @@ def test_default_hindsight_not_shared_between_configs():
     """Mutating one config's hindsight options in place must not leak into other
     configs or into the module defaults, nested lists included.
 
-    (Regression: a shallow copy once shared `hiddens` and `bins_range` with
-    `HINDSIGHT_DEFAULTS`.)
+    (Regression: a shallow copy once shared `hiddens` with `HINDSIGHT_DEFAULTS`.)
     """
     a, b = HCAConfig(), HCAConfig()
     assert a.hindsight is not b.hindsight
     assert a.hindsight is not HINDSIGHT_DEFAULTS
     saved_hiddens = list(HINDSIGHT_DEFAULTS["hiddens"])
-    saved_range = list(HINDSIGHT_DEFAULTS["bins_range"])
     try:
         a.hindsight["hiddens"].append(32)
-        a.hindsight["bins_range"][0] = -1.0
         assert b.hindsight["hiddens"] == saved_hiddens
         assert HCAConfig().hindsight["hiddens"] == saved_hiddens
         assert HINDSIGHT_DEFAULTS["hiddens"] == saved_hiddens
-        assert HINDSIGHT_DEFAULTS["bins_range"] == saved_range
     finally:  # undo the leak, if any, so that other tests see the real defaults
         HINDSIGHT_DEFAULTS["hiddens"][:] = saved_hiddens
-        HINDSIGHT_DEFAULTS["bins_range"][:] = saved_range
 
 
 # --------------------------------------------------------------------------------------
@@ -285,8 +279,8 @@ def test_default_hindsight_not_shared_between_configs():
 def _custom_config() -> HCAConfig:
     return cartpole(
         credit="c2a2c",
-        c2a2c_soft=True,
-        hindsight={"return_encoding": "bins", "num_bins": 7},
+        c2a2c_delta=0.2,
+        hindsight={"return_encoding": "symlog", "hiddens": [7]},
         trust=None,
         hindsight_epochs=2,
         lambda_=0.95,
@@ -304,8 +298,8 @@ def test_to_dict_from_dict_round_trip():
     restored = HCAConfig.from_dict(config.to_dict())
     assert type(restored) is HCAConfig
     _assert_same_hca_fields(config, restored)
-    assert restored.credit == "c2a2c" and restored.c2a2c_soft is True
-    assert restored.hindsight["return_encoding"] == "bins" and restored.hindsight["num_bins"] == 7
+    assert restored.credit == "c2a2c" and restored.c2a2c_delta == 0.2
+    assert restored.hindsight["return_encoding"] == "symlog" and restored.hindsight["hiddens"] == [7]
     assert restored.trust is None and restored.hindsight_epochs == 2
     assert restored.lambda_ == 0.95
     restored.validate()
@@ -355,11 +349,14 @@ def test_hindsight_options_merge_into_defaults():
     config = HCAConfig().training(hindsight={"torso": "separate"})
     assert config.hindsight == {**HINDSIGHT_DEFAULTS, "torso": "separate"}
     # A second call merges into the first.
-    config.training(hindsight={"num_bins": 5})
-    assert config.hindsight["torso"] == "separate" and config.hindsight["num_bins"] == 5
+    config.training(hindsight={"hiddens": [5]})
+    assert config.hindsight["torso"] == "separate" and config.hindsight["hiddens"] == [5]
     # The module defaults are untouched.
     assert HINDSIGHT_DEFAULTS["torso"] == "shared_detached"
-    assert HINDSIGHT_DEFAULTS["num_bins"] == 21
+    assert HINDSIGHT_DEFAULTS["hiddens"] == [128, 128]
+    # A HindsightSpec sets them all.
+    config.training(hindsight=HindsightSpec(return_encoding="symlog"))
+    assert config.hindsight == {**HINDSIGHT_DEFAULTS, "return_encoding": "symlog"}
 
 
 def test_hindsight_options_reach_model_config():
@@ -370,11 +367,12 @@ def test_hindsight_options_reach_model_config():
 
 def test_hindsight_options_reach_the_module():
     config = HCAConfig().environment("CartPole-v1").training(
-        hindsight={"torso": "separate", "return_encoding": "bins", "num_bins": 5}
+        hindsight={"torso": "separate", "return_encoding": "symlog", "hiddens": [5]}
     )
     module = config.get_rl_module_spec(env=gymnasium.make("CartPole-v1")).build()
     assert module.hindsight_torso is not None
-    assert module.return_encoder.encoding == "bins" and module.return_encoder.output_dim == 5
+    assert module.return_encoder.encoding == "symlog" and module.hindsight[0].out_features == 5
+    assert module.hindsight_spec == HindsightSpec(torso="separate", return_encoding="symlog", hiddens=(5,))
     assert module.resolved_model_config["fcnet_hiddens"] == [64, 64]
 
 
@@ -392,9 +390,9 @@ def test_partial_hindsight_dict_merges_in_update_from_dict():
         HCAConfig().update_from_dict({"hindsight": {"bogus": 1}})
 
 
-@pytest.mark.parametrize("credit", ["hca", "c2a2c", "mix", "expected_hca"])
+@pytest.mark.parametrize("credit", ["hca", "c2a2c", "expected_hca"])
 def test_credit_mode_without_a_trained_classifier_is_rejected(credit):
-    config = HCAConfig().environment("CartPole-v1").training(credit=credit, hindsight_loss_coeff=0.0, hindsight_epochs=0, hindsight_memory=0)
+    config = HCAConfig().environment("CartPole-v1").training(credit=credit, hindsight_loss_coeff=0.0, hindsight_epochs=0)
     with pytest.raises(ValueError, match=rf"credit='{credit}' needs a trained classifier: hindsight_loss_coeff must be > 0"):
         config.validate()
 
@@ -403,10 +401,12 @@ def test_credit_mode_without_a_trained_classifier_is_rejected(credit):
     (0, True), (5, True), (np.int64(5), True), (np.uint8(3), True), (2**31 - 1, True),
     (2**31, False), (-1, False), (True, False), (np.bool_(True), False), (5.0, False),
     (np.float64(5), False), ("5", False), (None, False), (float("nan"), False)])
-def test_integer_error_accepts_every_integral_but_bool(value, ok):
-    from hca_rllib.hca import integer_error
+def test_integer_check_accepts_every_integral_but_bool(value, ok):
+    from hca_rllib.fields import check_error
 
-    error = integer_error("hindsight_epochs", value, 0)
+    config = HCAConfig()
+    config.hindsight_epochs = value
+    error = check_error(config, "hindsight_epochs")
     assert (error is None) == ok, error
     if not ok:
         assert error == f"hindsight_epochs must be an integer in [0, 2147483647], got {value!r}"

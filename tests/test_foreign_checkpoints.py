@@ -1,9 +1,15 @@
-"""Foreign or incompatible checkpoints (issue 14, item 4): `evaluate` and `train --resume`
-on a checkpoint of another algorithm (RLlib's PPO), for another environment, made with a
-module of another shape (`trust_bins`), by another package version whose module does not
-load, or a directory that is not a checkpoint: each is exit status 2 with one line naming
-the mismatch, and no traceback. The resume checks run before Ray starts (tested with
-Ray's start patched to raise; the unchanged run is the control that does reach it).
+"""Foreign or incompatible checkpoints: `evaluate` and `train --resume` on a checkpoint of
+another algorithm (RLlib's PPO), for another environment, made with a module of another
+shape (`hindsight`), by another package version whose module does not load, or a
+directory that is not a checkpoint: each is exit status 2 with one line naming the
+mismatch, and no traceback. The resume checks run before Ray starts (tested with Ray's
+start patched to raise; the unchanged run is the control that does reach it).
+
+A real run of 0.1.0 (`tests/data/hca-0.1.0-cartpole-run.tar.gz`: `hca-rllib train` of
+commit 2888b23 on CartPole, 2 iterations, hiddens [8]), whose config holds every field
+0.2.0 removed at its default, loads: `evaluate`, `--resume` and
+`Algorithm.from_checkpoint`; the same with one removed field at another value fails in
+one line naming it.
 
 One real CartPole run and one PPO checkpoint are made once for the module (subprocesses).
 """
@@ -168,14 +174,14 @@ def test_another_environment(made, cli, tmp_path):
 
 
 def test_a_module_of_another_shape(made, cli, tmp_path):
-    """The known case: resuming under other `trust_bins` (another evidence-bin count)
-    failed in load_state_dict with a raw shape error."""
+    """Resuming under another classifier (other `hindsight` options) would fail in
+    load_state_dict with a raw shape error: one line names the field instead."""
     copy = tmp_path / "run"
     shutil.copytree(made[0], copy)
     info = json.loads((copy / "run.json").read_text())
-    info["args"]["set"] = [*info["args"]["set"], "trust_bins=[0.05, 0.2]"]
+    info["args"]["set"] = [*info["args"]["set"], "hindsight={'hiddens': [32]}"]
     (copy / "run.json").write_text(json.dumps(info))
-    one_error(resume(cli, copy), "module of other shape", "trust_bins=[] (this run: [0.05, 0.2])")
+    one_error(resume(cli, copy), "module of other shape", "'hiddens': [128, 128]", "'hiddens': [32]")
 
 
 def test_another_package_version_with_an_incompatible_module(made, cli, tmp_path):
@@ -226,3 +232,68 @@ def test_a_directory_that_is_not_a_checkpoint(made, cli, tmp_path):
     rehash(garbage)
     one_error(cli("evaluate", str(garbage)), "unreadable class_and_ctor_args.pkl")
     one_error(resume(cli, empty), "nothing to resume")
+
+
+# --------------------------------------------------------------- a 0.1.0 checkpoint
+
+OLD_RUN = Path(__file__).resolve().parent / "data" / "hca-0.1.0-cartpole-run.tar.gz"
+
+
+@pytest.fixture
+def old_run(tmp_path) -> Path:
+    """A copy of the 0.1.0 run directory (its checkpoint: `checkpoints/iter_000002`)."""
+    import tarfile
+
+    with tarfile.open(OLD_RUN) as archive:
+        archive.extractall(tmp_path, filter="data")
+    return tmp_path / "hca"
+
+
+def test_the_0_1_0_checkpoint_holds_the_removed_fields_at_their_defaults(old_run):
+    from hca_rllib.fields import REMOVED_FIELDS
+    from hca_rllib.runner import checkpoint_version
+
+    checkpoint = newest(old_run)
+    assert checkpoint_version(checkpoint) == "0.1.0"
+    state = pickle.loads((checkpoint / "class_and_ctor_args.pkl").read_bytes())["ctor_args_and_kwargs"][0][0]
+    assert {field: state[field] for field in REMOVED_FIELDS} == {f: d for f, (d, _) in REMOVED_FIELDS.items()}
+    assert state["hindsight"]["balanced"] is False and state["hindsight"]["num_bins"] == 21
+
+
+def test_a_0_1_0_checkpoint_evaluates_and_resumes(old_run, cli, tmp_path):
+    status, lines = cli("evaluate", str(old_run), "--episodes", "1", "--output", str(tmp_path / "e.json"))
+    assert status == 0, lines
+    assert json.loads((tmp_path / "e.json").read_text())["episodes"] == 1
+    with pytest.raises(RayStarted):  # every check of the resume passed
+        resume(cli, old_run)
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"hindsight_memory": 4}, "hindsight_memory=4 was removed in 0.2.0"),
+    ({"trust_calibration": "weights"}, "trust_calibration='weights' was removed in 0.2.0"),
+    ({"hindsight": {"hiddens": [8], "balanced": True}}, "hindsight.balanced=True was removed in 0.2.0"),
+])
+def test_a_0_1_0_checkpoint_with_a_removed_field_set_fails_in_one_line(old_run, cli, change, words):
+    checkpoint = newest(old_run)
+    edit_config_state(checkpoint, **change)
+    rehash(checkpoint)
+    one_error(cli("evaluate", str(checkpoint), "--episodes", "1"), words, "only its default")
+    one_error(resume(cli, old_run), words)
+
+
+def test_a_0_1_0_checkpoint_restores_into_an_algorithm_and_trains(old_run, ray_local):
+    from ray.rllib.algorithms.algorithm import Algorithm
+
+    import hca_rllib
+
+    algo = Algorithm.from_checkpoint(str(newest(old_run)))
+    try:
+        assert type(algo.config) is hca_rllib.HCAConfig and algo.config.hindsight["hiddens"] == [8]
+        assert not hasattr(algo.config, "hindsight_memory")
+        module = hca_rllib.training_module(algo)
+        assert float(module.return_encoder.count) == 1036.0  # the 0.1.0 run's steps, restored
+        assert float(module.trust_evidence[0, 0]) > 0
+        result = algo.train()
+        assert result["learners"]["default_policy"]["num_module_steps_trained"] > 0
+    finally:
+        algo.stop()

@@ -18,7 +18,7 @@ from ray.rllib.evaluation.postprocessing import Postprocessing
 
 from hca_rllib import A2CConfig, HCAConfig, credit
 from hca_rllib.connectors import BOOTSTRAP_VALUES, DEFAULT_LEARNER_PATH, LEARNER_PATHS
-from hca_rllib.hca import default_paths
+from hca_rllib.paths import default_paths
 from hca_rllib.learner import all_finite
 from hca_rllib.module import CREDIT_WEIGHTS, RETURNS
 
@@ -68,18 +68,15 @@ def make_config(case: str, frames: int = 1):
         config = A2CConfig()
     elif case == "a2c_classifier":
         config = A2CConfig().training(hindsight_loss_coeff=1.0)
-    elif case in ("hca", "c2a2c", "mix"):
+    elif case in ("hca", "c2a2c"):
         config = HCAConfig().training(credit=case)
     elif case == "expected_hca":
-        config = HCAConfig().training(credit="expected_hca", trust="evidence", trust_bins=[0.01],
-                                      normalize_advantages=True)
-    elif case == "hca_options":  # the classifier's other inputs, extra passes and memory
-        config = HCAConfig().training(credit="hca", trust=None, hindsight_epochs=2, hindsight_memory=2,
-                                      gamma=0.9, lambda_=0.8)
-        hindsight = {"hiddens": [16], "torso": "shared", "return_input": "advantage", "balanced": True}
-    elif case == "c2a2c_normalized":
-        config = HCAConfig().training(credit="c2a2c", normalize_advantages=True, c2a2c_soft=False,
-                                      c2a2c_delta=0.01, optimizer_type="adam")
+        config = HCAConfig().training(credit="expected_hca", trust="evidence")
+    elif case == "hca_options":  # the classifier's other torso and encoding, extra passes
+        config = HCAConfig().training(credit="hca", trust=None, hindsight_epochs=2, gamma=0.9, lambda_=0.8)
+        hindsight = {"hiddens": [16], "torso": "shared", "return_encoding": "symlog"}
+    elif case == "c2a2c_options":
+        config = HCAConfig().training(credit="c2a2c", c2a2c_delta=0.01)
     else:
         raise ValueError(case)
     config = config.training(hindsight=hindsight, hindsight_lr=3e-3, lr=3e-3)
@@ -89,7 +86,7 @@ def make_config(case: str, frames: int = 1):
     return config
 
 
-CASES = ["a2c", "a2c_classifier", "hca", "c2a2c", "mix", "expected_hca", "hca_options", "c2a2c_normalized"]
+CASES = ["a2c", "a2c_classifier", "hca", "c2a2c", "expected_hca", "hca_options", "c2a2c_options"]
 
 
 class Recorder:

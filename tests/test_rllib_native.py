@@ -26,13 +26,13 @@ from ray.rllib.core.rl_module.rl_module import RLModule, RLModuleSpec
 from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, LEARNER_RESULTS
 
 from hca_rllib import A2CConfig, HCAConfig
-from hca_rllib.hca import default_paths
+from hca_rllib.paths import default_paths
 from hca_rllib.module import HCATorchRLModule
 
 # "default": the config as built (sampler and learner_path "auto" unless HCA_RLLIB_PATHS
 # says otherwise); "rllib": RLlib's runner and learner pieces, named.
 PATHS = ("default", "rllib")
-LOGGER = "hca_rllib.hca"
+LOGGER = "hca_rllib.paths"  # where "auto" logs what it chose
 
 
 def _small(config, path, num_envs=2, fragment=16):

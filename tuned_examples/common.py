@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
 from hca_rllib.credit import CREDIT_MODES
-from hca_rllib.hca import ALGORITHMS, HCA_TRAINING_DEFAULTS
+from hca_rllib.fields import HCA_TRAINING_DEFAULTS
+from hca_rllib.hca import ALGORITHMS
 
 # Stable-Baselines3 zoo A2C on Atari (hyperparams/a2c.yml, `atari:` entry): 16 envs,
 # n_steps 5, RMSprop(TF-like) lr 7e-4 eps 1e-5 alpha 0.99, ent_coef 0.01, vf_coef 0.25,
@@ -74,21 +75,17 @@ def _batch(config, num_envs: int, rollout: int, num_env_runners: int):
 
 
 def _a2c_training(config, vf_loss_coeff: float):
-    """A2C's optimiser and loss settings, shared by both families (SB3's A2C: RMSprop lr
-    7e-4 alpha 0.99 eps 1e-5, gamma 0.99, lambda 1, entropy 0.01, grad clip 0.5, no
-    advantage normalisation); only the value coefficient differs."""
+    """A2C's loss settings, shared by both families (SB3's A2C: lr 7e-4, gamma 0.99,
+    lambda 1, entropy 0.01, grad clip 0.5; its RMSprop with alpha 0.99 and eps 1e-5 and no
+    advantage normalisation are the package's own); only the value coefficient differs."""
     return config.training(
         lr=7e-4,
-        optimizer_type="rmsprop",
-        rmsprop_alpha=0.99,
-        optimizer_eps=1e-5,
         gamma=0.99,
         lambda_=1.0,
         entropy_coeff=0.01,
         vf_loss_coeff=vf_loss_coeff,
         grad_clip=0.5,
         grad_clip_by="global_norm",
-        normalize_advantages=False,
     )
 
 

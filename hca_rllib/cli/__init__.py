@@ -52,7 +52,7 @@ def main(argv: List[str] | None = None) -> int:
     from hca_rllib.runner import EXIT_DISK, CheckpointError, DiskWriteError, RayStartError, ResultsError
 
     try:
-        from hca_rllib.hca import default_paths
+        from hca_rllib.paths import default_paths
 
         try:  # HCA_RLLIB_PATHS: read by every config a command builds
             default_paths()

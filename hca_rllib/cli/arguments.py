@@ -13,7 +13,7 @@ import argparse
 import ast
 import math
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 
 class UsageError(Exception):
@@ -203,6 +203,20 @@ def parse_overrides(pairs: List[str], flag: str = "--set") -> Dict[str, Any]:
             raise UsageError(f"{flag} expects key=value with a key, got {pair!r}")
         out[key.strip()] = _parse_value(value)
     return out
+
+
+def unknown_keys_error(config, keys, flag: str = "--set") -> Optional[str]:
+    """The one-line error for `keys` that are no field of `config`: a removed one (what
+    replaces it) or an unknown one; None when every key is a field. A `grid:` prefix (a
+    sweep's grid) is looked through."""
+    from hca_rllib.fields import REMOVED_FIELDS, removed_field_error
+
+    names = [key.removeprefix("grid:") for key in keys]
+    removed = [name for name in names if name in REMOVED_FIELDS]
+    if removed:
+        return f"{flag}: {removed_field_error(removed[0])}"
+    unknown = [key for key, name in zip(keys, names) if not hasattr(config, name)]
+    return f"unknown config key(s) in {flag}: {unknown}" if unknown else None
 
 
 class OneLineParser(argparse.ArgumentParser):

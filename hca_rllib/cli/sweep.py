@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from hca_rllib.cli.arguments import (MAX_COUNT, UsageError, address_argument, float_argument, int_argument,
+                                     unknown_keys_error,
                                      name_argument, parse_overrides, storage_argument, wandb_project_argument)
 from hca_rllib.credit import CREDIT_MODES
 from hca_rllib.sweep import MAX_CPUS_PER_ENV_RUNNER
@@ -90,9 +91,9 @@ def run(args: argparse.Namespace) -> int:
                          f"got {args.credits!r}")
     overrides = parse_overrides(args.set)
     default = HCAConfig()
-    unknown = [k for k in overrides if not hasattr(default, k.removeprefix("grid:"))]
-    if unknown:
-        raise UsageError(f"unknown config key(s) in --set: {unknown}")
+    error = unknown_keys_error(default, list(overrides))
+    if error:
+        raise UsageError(error)
     try:
         check_sweep_config(overrides, args.num_env_runners, args.num_envs_per_env_runner,
                            args.cpus_per_env_runner)

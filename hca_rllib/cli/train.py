@@ -7,7 +7,8 @@ import shlex
 import sys
 
 from hca_rllib.cli.arguments import (SEED, TORCH_THREADS, UsageError, address_argument, float_argument, int_argument,
-                                     output_directory_argument, parse_overrides, wandb_project_argument)
+                                     output_directory_argument, parse_overrides, unknown_keys_error,
+                                     wandb_project_argument)
 from hca_rllib.credit import CREDIT_MODES
 from hca_rllib.hca import ALGORITHMS, HCA_TRAINING_DEFAULTS
 
@@ -35,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--num-env-runners", type=int_argument(0), default=0)
     parser.add_argument("--num-envs-per-env-runner", type=int_argument(1), default=8)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="any config field, e.g. --set lr=3e-4 --set hca_ratio_clip=5")
+                        help="any config field, e.g. --set lr=3e-4 --set hindsight_epochs=2")
     parser.add_argument("--output", type=output_directory_argument, default="runs/train", help="run directory")
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --output from its newest valid checkpoint")
@@ -62,7 +63,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 def build_config(args: argparse.Namespace):
     """The A2C or HCA config the arguments ask for, validated; UsageError naming the bad one."""
     from hca_rllib import A2CConfig, HCAConfig
-    from hca_rllib.hca import RENAMED_FIELDS
 
     if args.algo not in ALGORITHMS:
         raise UsageError(f"unknown algorithm {args.algo!r}; choose one of {list(ALGORITHMS)}")
@@ -72,9 +72,9 @@ def build_config(args: argparse.Namespace):
             raise UsageError(f"unknown credit mode {args.credit!r}; choose one of {list(CREDIT_MODES)}")
         config.training(credit=args.credit)
     overrides = parse_overrides(args.set)
-    unknown = [key for key in overrides if not hasattr(config, key) and key not in RENAMED_FIELDS]
-    if unknown:
-        raise UsageError(f"unknown config key(s) in --set: {unknown}")
+    error = unknown_keys_error(config, list(overrides))
+    if error:
+        raise UsageError(error)
     try:
         config.environment(args.env)
         config.env_runners(
@@ -82,7 +82,7 @@ def build_config(args: argparse.Namespace):
             num_envs_per_env_runner=args.num_envs_per_env_runner,
         )
         config.debugging(seed=args.seed)
-        config.update_from_dict(overrides)  # an old field name fails here, naming the new one
+        config.update_from_dict(overrides)
         config.validate()
     except ValueError as error:
         raise UsageError(str(error).splitlines()[0]) from None
