@@ -9,7 +9,7 @@ from hca_rllib.hca import ALGORITHMS, A2C, HCA, A2CConfig, HCAConfig, training_m
 from hca_rllib.module import HCATorchRLModule
 
 __all__ = ["A2C", "A2CConfig", "HCA", "HCAConfig", "HCATorchRLModule", "training_module"]
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def _register() -> None:
