@@ -263,12 +263,18 @@ def cell_config(name: str, quick: bool):
 
 
 # Settings of a stored cell that must not change under it (the package defaults may).
-SETTING_KEYS = ("env", "credit", "trust", "trust_decay", "hindsight_lr", "hindsight_epochs",
-                "hindsight_memory", "trust_calibration", "lr", "entropy_coeff", "vf_loss_coeff",
+SETTING_KEYS = ("env", "credit", "trust", "hindsight_lr", "hindsight_epochs",
+                "lr", "entropy_coeff", "vf_loss_coeff",
                 "num_envs_per_env_runner", "rollout_fragment_length", "train_batch_size_per_learner")
 
 
 def settings_of(flat: Dict[str, Any]) -> Dict[str, Any]:
+    """The cell's settings; a record of 0.1.0 names removed fields (`trust_decay`,
+    `hindsight_memory`, `trust_calibration`): at their defaults they drop out, otherwise
+    ValueError names them (`hca_rllib.fields.upgrade_state`)."""
+    from hca_rllib.fields import upgrade_state
+
+    flat = upgrade_state(flat)
     return {key: flat.get(key) for key in SETTING_KEYS}
 
 
@@ -360,7 +366,7 @@ def run_cell(name: str, args, stopper: Stopper, setup: Dict[str, Any], stop_at: 
     record_path = args.out / f"{name}.json"
     stored = json.loads(record_path.read_text()) if record_path.exists() else {}
     settings = settings_of(flat_config(config))
-    if stored.get("settings") not in (None, settings):
+    if stored.get("settings") is not None and settings_of(stored["settings"]) != settings:
         sys.exit(f"{record_path}: made with settings {stored['settings']}, this start has "
                  f"{settings} (the package defaults changed?): use another --out and --runs")
     # Where the cell stands: its newest valid checkpoint (results.jsonl may run past it
