@@ -63,7 +63,7 @@ def _level_text(result: Dict[str, Any], peak: Dict[str, Any], level: str, shorte
                 f"information ({spread}).")
     if shortest == "end":
         text.append("Horizon: the information appears only in the return to the episode's end; training sees it "
-                    "only with return_mode='monte_carlo' (batch_mode='complete_episodes') or fragments longer "
+                    "only with whole episodes (batch_mode='complete_episodes') or fragments longer "
                     "than the episodes.")
     else:
         text.append(f"Horizon: 80% of the peak information is in the next {shortest} step(s) of return; "
@@ -84,7 +84,7 @@ def _end_text(end: Dict[str, Any], out: Dict[str, Any]) -> str:
              f"fragment {d['mean']:+.4f} [{d['ci'][0]:+.4f}, {d['ci'][1]:+.4f}]")
     if d["ci"][0] > 0:
         return line + (f": the episode's end holds information no fragment of {best['horizon']} steps sees "
-                       "(return_mode='monte_carlo', or fragments longer than the episodes, reach it).")
+                       "(whole episodes, batch_mode='complete_episodes', or fragments longer than the episodes, reach it).")
     if d["ci"][1] < 0:
         return line + (f": less to the end than in {best['horizon']} steps (the longer sum adds noise); a "
                        f"fragment of {best['horizon']} steps is enough.")
@@ -127,7 +127,7 @@ def reading(result: Dict[str, Any], rows: Sequence[Dict[str, Any]]) -> Dict[str,
       share of the positive information held by the top 10% of decisions;
     - horizon: the shortest horizon that reaches 80% of the peak information (the return
       training's classifier sees must reach that far: `rollout_fragment_length` at least
-      that, or `return_mode="monte_carlo"` for `end`);
+      that, or whole episodes, `batch_mode="complete_episodes"`, for `end`);
     - benchmarks: the `NEAREST_ROWS` benchmark rows (tasks this probe measured under the
       uniform policy) nearest in log information, their credit modes minus A2C, and the
       mode with the best mean difference over them (A2C when none is above 0)."""
