@@ -45,9 +45,9 @@ ONE_HOT_CREDIT_MODES = tuple(mode for mode in CREDIT_MODES if mode != "expected_
 # batches with the episode chunk as the unit (`evidence_trust`).
 TRUST_MODES = ("evidence",)
 
-# `hca`: the ratio pi/q is clipped to [0, HCA_RATIO_CLIP] (method note, section 2.1).
+# `hca`: the ratio pi/q is clipped to [0, HCA_RATIO_CLIP] (method note, section 2.2).
 HCA_RATIO_CLIP = 10.0
-# The evidence trust (method note, section 2.5): full trust at this z-score of the
+# The evidence trust (method note, section 2.4): full trust at this z-score of the
 # held-out evidence, none below half of it; the evidence of past batches decays by
 # EVIDENCE_DECAY per batch (a memory of about 100 batches); the calibration scale that
 # undoes a classifier shrunk toward pi is capped at MAX_CALIBRATION_SCALE.
@@ -192,7 +192,7 @@ def blend_toward_a2c(gae: torch.Tensor, estimator: torch.Tensor, trust) -> torch
     return (1.0 - w) * gae + w * estimator
 
 
-# --- Trust from accumulated evidence (`trust="evidence"`, method note, section 2.5) ---
+# --- Trust from accumulated evidence (`trust="evidence"`, method note, section 2.4) ---
 
 
 def chunk_ids(mask: torch.Tensor) -> torch.Tensor:
