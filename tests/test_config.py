@@ -419,3 +419,16 @@ def test_numpy_integers_configure_the_classifier():
     config.validate()
     with pytest.raises(ValueError, match=r"hindsight\.hiddens must be a list of layer sizes"):
         HCAConfig().environment("CartPole-v1").training(hindsight={"hiddens": [True]}).validate()
+
+
+def test_credit_help_lists_every_mode_and_the_defaults(capsys):
+    """`hca-rllib train --help` (and a tuned example's) names every credit mode, from the
+    one list of them, and the default of each algorithm."""
+    from hca_rllib.cli import main
+    from tuned_examples.minatar.breakout import main as tuned_main
+
+    for run in (lambda: main(["train", "--help"]), lambda: tuned_main(["--help"])):
+        with pytest.raises(SystemExit):
+            run()
+        text = " ".join(capsys.readouterr().out.split())
+        assert f"{', '.join(CREDIT_MODES)} (default: {HCA_TRAINING_DEFAULTS['credit']} for HCA, a2c for A2C)" in text
