@@ -72,14 +72,13 @@ from hca_rllib.lean_sampler import vector_step
 from hca_rllib.lean_sampler.episodes import EpisodeEnd, PreviousChunks, RunningEpisodes
 from hca_rllib.lean_sampler.fragment import Fragment, FragmentBuffers, rows_needed
 from hca_rllib.lean_sampler.observations import LeanObservations
-from hca_rllib.lean_sampler.support import (AUTO, DEFAULT_SAMPLER, DEFAULT_SAMPLER_OVERLAP, PER_STEP_CALLBACKS,
-                                            SAMPLERS, lean_sampler_blocker, unsupported_callbacks,
-                                            unsupported_pieces)
+from hca_rllib.lean_sampler.support import (AUTO, DEFAULT_SAMPLER, PER_STEP_CALLBACKS, SAMPLERS,
+                                            lean_sampler_blocker, unsupported_callbacks, unsupported_pieces)
 from hca_rllib.lean_sampler.vector_step import SYNC_VECTOR_REWARD_DTYPE
 
 __all__ = ["LeanEnvRunner", "PlainLeanEnvRunner", "StockStepLeanEnvRunner", "LeanPolicy", "PreviousChunks",
            "lean_sampler_blocker", "unsupported_callbacks", "PER_STEP_CALLBACKS", "SAMPLERS", "AUTO",
-           "DEFAULT_SAMPLER", "DEFAULT_SAMPLER_OVERLAP", "SYNC_VECTOR_REWARD_DTYPE"]
+           "DEFAULT_SAMPLER", "SYNC_VECTOR_REWARD_DTYPE"]
 
 logger = logging.getLogger(__name__)
 

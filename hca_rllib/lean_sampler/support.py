@@ -21,9 +21,6 @@ AUTO = "auto"
 # The default of `HCAConfig.sampler` (the lean runner's speed-up:
 # benchmarks/results/throughput_lean/summary.md).
 DEFAULT_SAMPLER = AUTO
-# The default of `HCAConfig.sampler_overlap`, a field on its way out: the lean runner
-# no longer reads it.
-DEFAULT_SAMPLER_OVERLAP = False
 
 # Connector pieces the lean loop does itself (RLlib's defaults, and frame stacking).
 ENV_TO_MODULE_OK = (
