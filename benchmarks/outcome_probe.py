@@ -39,6 +39,8 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+import numpy as np
+
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 for _path in (str(REPO), str(BENCH_DIR)):
@@ -53,12 +55,15 @@ SEED = 0
 MINATAR = ("Breakout", "SpaceInvaders", "Asterix", "Freeway", "Seaquest")
 ATARI = ("Breakout", "Pong")
 # Budgets: steps of the policy per reading (complete episodes only). Freeway's episodes are
-# 2,500 steps, so it gets more; Atari's frames are 28 KB a decision.
+# 2,500 steps, so it gets more; Atari's frames are 28 KB a decision (60k: 1.7 GB), and an
+# update of the Nature CNN takes ~0.2 s at batch 128 on one core: fewer, smaller updates.
 TASKS: Dict[str, Dict[str, Any]] = {
     **{f"minatar_{g.lower()}": {"env": f"minatar/{g}", "max_steps": 100_000, "fit": {}} for g in MINATAR},
-    **{f"atari_{g.lower()}": {"env": f"atari/{g}", "max_steps": 30_000, "fit": {"max_updates": 1500}} for g in ATARI},
+    **{f"atari_{g.lower()}": {"env": f"atari/{g}", "max_steps": 40_000, "fit": {"max_updates": 1000, "batch_size": 128}}
+       for g in ATARI},
 }
 TASKS["minatar_freeway"]["max_steps"] = 200_000
+TASKS["atari_pong"]["max_steps"] = 60_000  # a game is one episode of ~1,000 agent steps
 MAX_EPISODES = 1_000_000  # the step budget binds
 # The floor: per-pair information levels, held-out pair budgets and seeds.
 FLOOR_LEVELS = {"bandit": (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05),
@@ -68,6 +73,10 @@ FLOOR_SEEDS = (0, 1)
 DELAYED_LENGTH = 8
 DELAYED_PAIRS_PER_EPISODE = DELAYED_LENGTH + DELAYED_LENGTH * (DELAYED_LENGTH + 1) // 2  # start's + the chain's
 HELD_OUT = 0.3
+# Fit variants for a sensitivity check of chosen readings (`--variant`): the default fit
+# (`hca_rllib.probe.settings.FIT`: Adam 1e-3, patience 4) and a gentler one, so that an
+# outcome that reads 0 because its fit stopped at h = pi gets a second chance.
+VARIANTS = {"default": {}, "gentle": {"lr": 3e-4, "patience": 8}}
 # --quick: one task, the uniform policy, a tiny budget; one floor cell.
 QUICK = {"task": "minatar_breakout", "max_steps": 3_000, "fit": {"max_updates": 40},
          "floor": ("bandit", 0.05, 1_000, 0)}
@@ -95,17 +104,18 @@ def compact(result: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
-def run_reading(task: str, policy: str, spec: Dict[str, Any], entry: Dict[str, Any],
+def run_reading(task: str, policy: str, spec: Dict[str, Any], entry: Dict[str, Any], variant: str,
                 torch_threads: int) -> Dict[str, Any]:
     from hca_rllib.probe import probe
 
     started = time.time()
+    fit = {**spec["fit"], **VARIANTS[variant]}
     result = probe(spec["env"] if entry["checkpoint"] is None else None, checkpoint=entry["checkpoint"],
                    outcome="reward", window=WINDOW, episodes=MAX_EPISODES, max_steps=spec["max_steps"],
-                   fit=spec["fit"] or None, seed=SEED, torch_threads=torch_threads,
+                   fit=fit or None, seed=SEED, torch_threads=torch_threads,
                    progress=lambda m: print(f"[{task} {policy}] {m}", flush=True))
-    cell = {"task": task, "policy": policy, "env": spec["env"], "policy_entry": entry,
-            "budget": {"max_steps": spec["max_steps"], "window": WINDOW, "fit": spec["fit"]},
+    cell = {"task": task, "policy": policy, "env": spec["env"], "policy_entry": entry, "variant": variant,
+            "budget": {"max_steps": spec["max_steps"], "window": WINDOW, "fit": fit},
             "probe": compact(result), "wall_s": time.time() - started}
     return cell
 
@@ -212,8 +222,10 @@ def verdict(reward: Optional[Dict[str, Any]], ret: Dict[str, Any], floor: Option
     above the floor, and the return's per-decision Bonferroni CI reaches 0."""
     if reward is None:
         return "no (no reward events)"
+    if floor is None:
+        return "n/a (floor not measured)"
     reward_on = reward["per_pair"]["ci_bonferroni"][0] > 0.0
-    above = floor is not None and reward["per_pair"]["information"] >= floor
+    above = reward["per_pair"]["information"] >= floor
     return_on = ret["per_decision"]["ci_bonferroni"][0] > 0.0
     if reward_on and above and not return_on:
         return "yes"
@@ -224,9 +236,9 @@ def verdict(reward: Optional[Dict[str, Any]], ret: Dict[str, Any], floor: Option
     return "no (below the floor)"
 
 
-def summary_rows(out: Path, table: Dict[str, Any]) -> List[Dict[str, Any]]:
+def summary_rows(out: Path, table: Dict[str, Any], folder: str = "readings") -> List[Dict[str, Any]]:
     rows = []
-    for path in sorted((out / "readings").glob("*.json")):
+    for path in sorted((out / folder).glob("*.json")):
         cell = json.loads(path.read_text())
         p = cell["probe"]
         reward, ret = p.get("reward"), p["return"]
@@ -243,17 +255,20 @@ def summary_rows(out: Path, table: Dict[str, Any]) -> List[Dict[str, Any]]:
             "reward_minus_return": p.get("reward_minus_return"),
             "floor_spread": floor, "floor_concentrated": floor_delayed,
             "verdict": verdict(reward, ret, None if floor is None else floor["floor"]),
+            "reward_fit_improved": None if reward is None else reward["fit"]["improved"],
+            "return_fit_improved": ret["fit"]["improved"],
             "mean_episode_return": p["mean_episode_return"], "seconds": p["seconds"]["total"],
             "command": cell.get("command")})
     order = {name: i for i, name in enumerate(TASKS)}
     return sorted(rows, key=lambda r: (order.get(r["task"], 99), r["env_steps"]))
 
 
-def _ci(figure: Optional[Dict[str, Any]], key: str = "ci_bonferroni") -> str:
+def _ci(figure: Optional[Dict[str, Any]], improved: Optional[bool] = True, key: str = "ci_bonferroni") -> str:
+    """`mean [low, high]`; `*` where the classifier never beat its initial state (h = pi)."""
     if figure is None:
         return "n/a"
     lo, hi = figure[key]
-    return f"{figure['information']:+.4f} [{lo:+.4f}, {hi:+.4f}]"
+    return f"{figure['information']:+.4f} [{lo:+.4f}, {hi:+.4f}]" + (" *" if improved is False else "")
 
 
 def _floor_text(floor: Optional[Dict[str, Any]]) -> str:
@@ -261,6 +276,41 @@ def _floor_text(floor: Optional[Dict[str, Any]]) -> str:
         return "not measured"
     value = "none detected" if floor["floor"] is None else f"{floor['floor']:g}"
     return value + (" (<)" if floor["below_smallest_budget"] else "")
+
+
+TABLE_HEAD = ["| task | policy (env steps, score) | held-out pairs | return / decision | reward / decision | "
+              "reward - return / decision | reward / pair | reward / pair, k >= 1 | floor spread / concentrated | "
+              "verdict |",
+              "|---|---|---:|---|---|---|---|---|---|---|"]
+
+
+def table_lines(rows: List[Dict[str, Any]]) -> List[str]:
+    lines = list(TABLE_HEAD)
+    for r in rows:
+        policy = "uniform" if r["policy"] == "uniform" else (
+            f"A2C {r['env_steps']:,}" + ("" if r["score"] is None else f", {r['score']:.2f}"))
+        ret, reward = r["return_fit_improved"], r["reward_fit_improved"]
+        lines.append(f"| {r['task']} | {policy} | {r['held_out_pairs']:,} | {_ci(r['return_per_decision'], ret)} | "
+                     f"{_ci(r['reward_per_decision'], reward)} | {_ci(r['reward_minus_return'])} | "
+                     f"{_ci(r['reward_per_pair'], reward)} | {_ci(r['reward_per_pair_delayed'], reward)} | "
+                     f"{_floor_text(r['floor_spread'])} / "
+                     f"{_floor_text(r['floor_concentrated'])} | {r['verdict']} |")
+    return lines
+
+
+def floor_lines(floor: Dict[str, Any]) -> List[str]:
+    lines = ["", "## The detection floor", "",
+             "Per family and budget (held-out pairs): the smallest per-pair level detected (Bonferroni CI above "
+             f"0) in every seed ({', '.join(map(str, FLOOR_SEEDS))}), every higher level detected too; each "
+             "cell's estimate [Bonferroni CI].", "",
+             "| family | budget | floor | cells: level seed: estimate [CI] |", "|---|---:|---:|---|"]
+    for family, budgets in floor.items():
+        for budget, row in budgets.items():
+            cells = "; ".join(f"{c['level']:g} s{c['seed']}: {c['estimate']:+.4f} [{c['ci_bonferroni'][0]:+.4f}, "
+                              f"{c['ci_bonferroni'][1]:+.4f}]" for c in row["cells"])
+            value = "none" if row["floor"] is None else f"{row['floor']:g}"
+            lines.append(f"| {family} | {int(budget):,} | {value} | {cells} |")
+    return lines
 
 
 def markdown(summary: Dict[str, Any]) -> str:
@@ -272,40 +322,64 @@ def markdown(summary: Dict[str, Any]) -> str:
              "known-answer tasks at no more held-out pairs (spread: every pair informative alike, the bandit; "
              "concentrated: 1 pair in 44, the delayed effect; `(<)`: fewer pairs than the smallest budget measured). "
              "Verdict: yes when the reward outcome's per-pair CI excludes 0 at or above the spread floor and the "
-             "return's reaches 0.", "",
-             "| task | policy (env steps, score) | held-out pairs | return / decision | reward / decision | "
-             "reward / pair | reward / pair, k >= 1 | floor spread / concentrated | verdict |",
-             "|---|---|---:|---|---|---|---|---|---|"]
-    for r in summary["rows"]:
-        policy = "uniform" if r["policy"] == "uniform" else (
-            f"A2C {r['env_steps']:,}" + ("" if r["score"] is None else f", {r['score']:.2f}"))
-        lines.append(f"| {r['task']} | {policy} | {r['held_out_pairs']:,} | {_ci(r['return_per_decision'])} | "
-                     f"{_ci(r['reward_per_decision'])} | {_ci(r['reward_per_pair'])} | "
-                     f"{_ci(r['reward_per_pair_delayed'])} | {_floor_text(r['floor_spread'])} / "
-                     f"{_floor_text(r['floor_concentrated'])} | {r['verdict']} |")
-    lines += ["", "Commands:", ""] + [f"- `{c}`" for c in summary["commands"]]
+             "return's reaches 0. `*`: that classifier never beat its initial state (h = pi) on the validation "
+             "episodes, a reading of 0 by construction (a lower bound of 0, not a measured 0).", ""]
+    lines += table_lines(summary["rows"])
+    lines += ["", "![information against A2C's training steps](information_by_steps.png)", "",
+              "Commands:", ""] + [f"- `{c}`" for c in summary["commands"]]
+    if summary.get("gentle_rows"):
+        lines += ["", "## Fit sensitivity: the same readings with a gentler fit", "",
+                  f"Both classifiers fitted with {VARIANTS['gentle']} over the default fit (same data, split and "
+                  "seed), for the readings where one outcome read 0 by construction or the verdict turned on the "
+                  "return's zero.", ""] + table_lines(summary["gentle_rows"])
+        lines += ["", "Commands:", ""] + [f"- `{c}`" for c in summary["gentle_commands"]]
     if summary["floor"]:
-        lines += ["", "## The detection floor", "",
-                  "Per family and budget (held-out pairs): the smallest per-pair level detected (Bonferroni CI above "
-                  f"0) in every seed ({', '.join(map(str, FLOOR_SEEDS))}), every higher level detected too; each "
-                  "cell's estimate [Bonferroni CI].", "",
-                  "| family | budget | floor | cells: level seed: estimate [CI] |", "|---|---:|---:|---|"]
-        for family, budgets in summary["floor"].items():
-            for budget, row in budgets.items():
-                cells = "; ".join(f"{c['level']:g} s{c['seed']}: {c['estimate']:+.4f} [{c['ci_bonferroni'][0]:+.4f}, "
-                                  f"{c['ci_bonferroni'][1]:+.4f}]" for c in row["cells"])
-                floor = "none" if row["floor"] is None else f"{row['floor']:g}"
-                lines.append(f"| {family} | {int(budget):,} | {floor} | {cells} |")
+        lines += floor_lines(summary["floor"])
     return "\n".join(lines) + "\n"
+
+
+def plot(rows: List[Dict[str, Any]], path: Path) -> None:
+    """Per task, the reward outcome per decision and the return per decision for each policy
+    (uniform, then A2C's checkpoints in order), with their Bonferroni CIs."""
+    from common import matplotlib_pyplot
+
+    plt = matplotlib_pyplot()
+    tasks = [t for t in TASKS if any(r["task"] == t for r in rows)]
+    if not tasks:
+        return
+    figure, axes = plt.subplots(1, len(tasks), figsize=(3.0 * len(tasks), 2.8), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        mine = [r for r in rows if r["task"] == task and r["reward_per_decision"] is not None]
+        x = np.arange(len(mine), dtype=float)
+        for key, label, color in (("reward_per_decision", "reward", "tab:blue"),
+                                  ("return_per_decision", "return", "tab:orange")):
+            y = np.array([r[key]["information"] for r in mine])
+            lo = np.array([r[key]["ci_bonferroni"][0] for r in mine])
+            hi = np.array([r[key]["ci_bonferroni"][1] for r in mine])
+            ax.errorbar(x, y, yerr=[y - lo, hi - y], marker="o", capsize=3, label=label, color=color)
+        ax.set_xticks(x, ["unif." if r["policy"] == "uniform" else f"{r['env_steps'] / 1e3:.0f}k" for r in mine])
+        ax.axhline(0.0, color="grey", linewidth=0.8)
+        ax.set_title(task, fontsize=9)
+        ax.set_xlabel("policy: uniform, A2C at env steps", fontsize=8)
+        ax.tick_params(labelsize=7)
+    axes[0][0].set_ylabel("nats per decision", fontsize=8)
+    axes[0][0].legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=80)
+    plt.close(figure)
 
 
 def summarise(out: Path) -> Dict[str, Any]:
     table = floor_table(out) if (out / "floor").exists() else {}
     rows = summary_rows(out, table) if (out / "readings").exists() else []
+    gentle = summary_rows(out, table, "readings_gentle") if (out / "readings_gentle").exists() else []
     summary = {"window": WINDOW, "rows": rows, "floor": table,
-               "commands": sorted({r["command"] for r in rows if r.get("command")})}
+               "commands": sorted({r["command"] for r in rows if r.get("command")}),
+               "gentle_rows": gentle, "gentle_commands": sorted({r["command"] for r in gentle if r.get("command")})}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     (out / "summary.md").write_text(markdown(summary))
+    if rows:
+        plot(rows, out / "information_by_steps.png")
     return summary
 
 
@@ -318,7 +392,9 @@ def job_path(out: Path, job: tuple) -> Path:
     if job[0] == "floor":
         family, level, budget, seed = job[1:]
         return out / "floor" / f"{family}__{level:g}__{budget}__seed{seed}.json"
-    return out / "readings" / f"{job[1]}__{job[2]}.json"
+    variant = job[5] if len(job) > 5 else "default"
+    folder = "readings" if variant == "default" else f"readings_{variant}"
+    return out / folder / f"{job[1]}__{job[2]}.json"
 
 
 def _plan(args) -> List[tuple]:
@@ -327,7 +403,7 @@ def _plan(args) -> List[tuple]:
     if args.quick:
         task = QUICK["task"]
         spec = {**TASKS[task], "max_steps": QUICK["max_steps"], "fit": QUICK["fit"]}
-        jobs = [("reading", task, "uniform", spec, policies(task, Path("/nonexistent"))["uniform"]),
+        jobs = [("reading", task, "uniform", spec, policies(task, Path("/nonexistent"))["uniform"], "default"),
                 ("floor", *QUICK["floor"])]
     elif args.floor:
         jobs = [("floor", family, level, budget, seed) for budget in FLOOR_BUDGETS
@@ -335,7 +411,7 @@ def _plan(args) -> List[tuple]:
     else:
         for task in args.tasks or list(TASKS):
             available = policies(task)
-            jobs += [("reading", task, policy, TASKS[task], available[policy])
+            jobs += [("reading", task, policy, TASKS[task], available[policy], args.variant)
                      for policy in args.policies or list(available) if policy in available]
     return [job for job in jobs if not job_path(args.out, job).exists()]
 
@@ -349,6 +425,9 @@ def main(argv=None) -> int:
     parser.add_argument("--policies", type=lambda s: s.split(","), default=None,
                         help="uniform and/or marks (env steps, e.g. 50000); default: all available")
     parser.add_argument("--floor", action="store_true", help="measure the detection floor instead")
+    parser.add_argument("--variant", choices=list(VARIANTS), default="default",
+                        help="the classifiers' fit: default (Adam 1e-3, patience 4) or gentle (3e-4, patience 8), "
+                             "stored apart under readings_gentle/ (a sensitivity check)")
     args = parser.parse_args(argv)
     check_out(parser, args, default_out=DEFAULT_OUT, results_root=RESULTS, quick_prefix="hca_outcome_probe_quick_")
     unknown = [t for t in args.tasks or [] if t not in TASKS]
