@@ -421,51 +421,6 @@ def test_lean_carry_holds_at_most_the_lookback_while_the_episode_grows():
             np.testing.assert_array_equal(carry["obs"], obs[len(obs) - 1 - m:len(obs) - 1])
 
 
-class _ClosingEnv(gym.Env):
-    """An env that records its `close()` and refuses to step afterwards (as one holding
-    a renderer, a subprocess or a file would)."""
-
-    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
-    action_space = gym.spaces.Discrete(2)
-
-    def __init__(self, index, closed):
-        self.index, self.closed = index, closed
-
-    def reset(self, *, seed=None, options=None):
-        return np.zeros(2, np.float32), {}
-
-    def step(self, action):
-        if self.index in self.closed:
-            raise RuntimeError(f"env {self.index} stepped after close()")
-        return np.zeros(2, np.float32), 0.0, False, False, {}
-
-    def close(self):
-        self.closed.append(self.index)
-
-
-def test_split_env_owns_its_envs_after_the_vector_env_is_dropped():
-    """`split_vector_env` hands a SyncVectorEnv's sub-envs to the groups: dropping the
-    emptied vector env (as `make_env` does) closes none of them (gymnasium's
-    `VectorEnv.__del__` closes a vector env not closed), and closing the groups closes
-    each exactly once."""
-    import gc
-
-    from hca_rllib.envs.groups import split_vector_env
-
-    closed = []
-    env = gym.vector.SyncVectorEnv([lambda i=i: _ClosingEnv(i, closed) for i in range(5)])
-    groups = split_vector_env(env, 2)
-    del env
-    gc.collect()
-    assert closed == []
-    groups.reset(seed=0)
-    groups.step(np.zeros(5, dtype=np.int64))
-    groups.send(1, np.zeros(2, dtype=np.int64))
-    assert len(groups.recv(1)[0]) == 2
-    groups.close()
-    assert sorted(closed) == [0, 1, 2, 3, 4]
-
-
 # ------------------------------------------------------- direct SyncVectorEnv step
 
 

@@ -234,8 +234,6 @@ class AtariVectorProtocol(gym.vector.VectorWrapper):
         # The minimal action set's second action is FIRE in every game that has one.
         self.fire_reset = fire_reset and len(meanings) > FIRE and meanings[FIRE].name == "FIRE"
         self.clip_rewards = clip_rewards
-        # The `make_atari_vector` arguments this env was made with (`split` makes more).
-        self.make_kwargs: Dict[str, Any] = {}
         self._lives = np.zeros(n, dtype=np.int64)
         self._score = np.zeros(n)
         self._length = np.zeros(n, dtype=np.int64)
@@ -297,24 +295,6 @@ class AtariVectorProtocol(gym.vector.VectorWrapper):
             reward = np.sign(reward)
         return self._frames(obs), reward.astype(np.float32), terminated, truncated, info
 
-    def split(self, sizes: List[int]) -> List["AtariVectorProtocol"]:
-        """This env's games as ``len(sizes)`` new vector envs of those sizes (each its own
-        C++ env and threads; ``num_threads=0`` splits the cores between them), for
-        :class:`hca_rllib.envs.groups.EnvGroups`; closes this one. Seeded with
-        consecutive seeds by ``EnvGroups.reset``, the games are the same."""
-        if sum(sizes) != self.num_envs:
-            raise ValueError(f"the group sizes {sizes} do not add up to num_envs={self.num_envs}")
-        kwargs = dict(self.make_kwargs)
-        threads = kwargs.pop("num_threads")
-        if threads == 0:
-            import os
-
-            threads = max(1, (os.cpu_count() or 1) // len(sizes))
-        groups = [make_atari_vector(num_envs=size, num_threads=min(threads, size), **kwargs)
-                  for size in sizes]
-        self.close()
-        return groups
-
 
 def make_atari_vector(
     game: str,
@@ -355,11 +335,7 @@ def make_atari_vector(
         reward_clipping=False,
         use_fire_reset=p.fire_reset,
     )
-    wrapped = AtariVectorProtocol(env, p.terminal_on_life_loss, p.fire_reset, clip_rewards)
-    wrapped.make_kwargs = dict(game=game, protocol=protocol, num_threads=num_threads,
-                               max_episode_frames=max_episode_frames, clip_rewards=clip_rewards,
-                               **protocol_overrides)
-    return wrapped
+    return AtariVectorProtocol(env, p.terminal_on_life_loss, p.fire_reset, clip_rewards)
 
 
 def register_atari_envs() -> List[str]:
