@@ -17,6 +17,8 @@ Configurations, alternated round by round in one process (8 envs x 64 steps):
 
 ``python benchmarks/auto_paths.py [--seconds 8] [--rounds 3]``; prints a markdown table
 (medians over rounds, min-max) and the ratio of each to its lean reference.
+``--quick``: one round of about half a second each (a check that every configuration
+builds, takes the path stated above and trains; tests/test_auto_paths.py).
 """
 
 from __future__ import annotations
@@ -82,7 +84,10 @@ def main(argv: List[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--methods", nargs="*", default=METHODS, choices=METHODS)
+    parser.add_argument("--quick", action="store_true", help="one round of 0.5 s each: a check, not a measurement")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.seconds, args.rounds = 0.5, 1
     import os
 
     import ray

@@ -1,0 +1,40 @@
+"""`benchmarks/auto_paths.py --quick`: every configuration of the page on what "auto"
+costs builds, takes the path the page states for it, and trains."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+# config -> (sampler, learner path) that "auto" resolves to (benchmarks/auto_paths.py).
+EXPECTED = {
+    "cartpole_lean": ("lean", "lean"),
+    "cartpole_rllib": ("rllib", None),
+    "cartpole_mean_std": ("rllib", None),
+    "cartpole_step_callback": ("rllib", None),
+    "cartpole_learner_piece": ("lean", "rllib"),
+    "frozenlake_lean": ("lean", "lean"),
+    "frozenlake_rllib": ("rllib", None),
+}
+
+
+@pytest.mark.benchmark
+def test_auto_paths_quick():
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "auto_paths.py"), "--quick"], cwd=REPO,
+                          capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
+            for line in proc.stdout.splitlines() if line.startswith("| ") and not line.startswith("| config")}
+    assert set(rows) == set(EXPECTED), proc.stdout
+    for name, (sampler, learner_path) in EXPECTED.items():
+        cells = rows[name]
+        assert cells[0] == sampler, (name, cells)
+        if learner_path is not None:
+            assert cells[1] == learner_path, (name, cells)
+        steps_per_s = float(cells[2].split(" ")[0].replace(",", ""))
+        assert steps_per_s > 0, (name, cells)
