@@ -254,7 +254,9 @@ def summary_rows(out: Path, table: Dict[str, Any], folder: str = "readings") -> 
             "reward_per_pair_delayed": None if reward is None else reward["per_pair_delayed"],
             "reward_minus_return": p.get("reward_minus_return"),
             "floor_spread": floor, "floor_concentrated": floor_delayed,
-            "verdict": verdict(reward, ret, None if floor is None else floor["floor"]),
+            "verdict": ("n/a (fewer held-out pairs than the floor was measured at)"
+                        if floor is not None and floor["below_smallest_budget"]
+                        else verdict(reward, ret, None if floor is None else floor["floor"])),
             "reward_fit_improved": None if reward is None else reward["fit"]["improved"],
             "return_fit_improved": ret["fit"]["improved"],
             "mean_episode_return": p["mean_episode_return"], "seconds": p["seconds"]["total"],
