@@ -173,14 +173,31 @@ def run_floor_cell(family: str, level: float, budget: int, seed: int, out: Path,
             "held_out_pairs": result["pairs"]["held_out"], "per_pair": reward["per_pair"],
             "detected": reward["per_pair"]["ci_bonferroni"][0] > 0.0, "fit": reward["fit"],
             "return_per_decision": result["return"]["per_decision"], "wall_s": time.time() - started}
-    write(job_path(out, ("floor", family, level, budget, seed)), cell)
+    store_floor_cell(out, floor_key(family, level, budget, seed), cell)
     return cell
+
+
+def floor_key(family: str, level: float, budget: int, seed: int) -> str:
+    return f"{family}__{level:g}__{budget}__seed{seed}"
+
+
+def load_floor(out: Path) -> Dict[str, Any]:
+    """The floor cells stored so far (`floor.json`, one entry per cell), by `floor_key`."""
+    path = out / "floor.json"
+    return json.loads(path.read_text())["cells"] if path.exists() else {}
+
+
+def store_floor_cell(out: Path, key: str, cell: Dict[str, Any]) -> None:
+    """Add one cell to `floor.json`, rewritten whole and atomically (a kill loses that cell only)."""
+    cells = load_floor(out)
+    cells[key] = cell
+    write(out / "floor.json", {"cells": dict(sorted(cells.items()))})
 
 
 def floor_table(out: Path) -> Dict[str, Any]:
     """Per family and budget: the smallest level detected in every seed with every higher
     level detected too (None: none detected), the measured held-out pairs, and each cell."""
-    cells = [json.loads(p.read_text()) for p in sorted((out / "floor").glob("*.json"))]
+    cells = list(load_floor(out).values())
     table: Dict[str, Any] = {}
     for family in FLOOR_LEVELS:
         for budget in FLOOR_BUDGETS:
@@ -372,7 +389,7 @@ def plot(rows: List[Dict[str, Any]], path: Path) -> None:
 
 
 def summarise(out: Path) -> Dict[str, Any]:
-    table = floor_table(out) if (out / "floor").exists() else {}
+    table = floor_table(out)
     rows = summary_rows(out, table) if (out / "readings").exists() else []
     gentle = summary_rows(out, table, "readings_gentle") if (out / "readings_gentle").exists() else []
     summary = {"window": WINDOW, "rows": rows, "floor": table,
@@ -388,12 +405,16 @@ def summarise(out: Path) -> Dict[str, Any]:
 # ------------------------------------------------------------------ main
 
 
-def job_path(out: Path, job: tuple) -> Path:
-    """Where a job's JSON is stored: `readings/<task>__<policy>.json` or
-    `floor/<family>__<level>__<budget>__seed<seed>.json`."""
+def job_done(out: Path, job: tuple) -> bool:
+    """Whether a job's result is stored: a floor cell in `floor.json`, a reading in its JSON."""
     if job[0] == "floor":
-        family, level, budget, seed = job[1:]
-        return out / "floor" / f"{family}__{level:g}__{budget}__seed{seed}.json"
+        return floor_key(*job[1:]) in load_floor(out)
+    return job_path(out, job).exists()
+
+
+def job_path(out: Path, job: tuple) -> Path:
+    """A reading's JSON: `readings/<task>__<policy>.json` (`readings_<variant>/` for a
+    fit variant)."""
     variant = job[5] if len(job) > 5 else "default"
     folder = "readings" if variant == "default" else f"readings_{variant}"
     return out / folder / f"{job[1]}__{job[2]}.json"
@@ -415,7 +436,7 @@ def _plan(args) -> List[tuple]:
             available = policies(task)
             jobs += [("reading", task, policy, TASKS[task], available[policy], args.variant)
                      for policy in args.policies or list(available) if policy in available]
-    return [job for job in jobs if not job_path(args.out, job).exists()]
+    return [job for job in jobs if not job_done(args.out, job)]
 
 
 def main(argv=None) -> int:
