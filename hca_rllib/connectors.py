@@ -17,6 +17,9 @@ gradient pass, detached, when the batch gets one gradient step (A2C's update), o
 no-grad pass before the update otherwise (several epochs or minibatches, or several
 learners), as here.
 
+`credit` takes one layout, real steps only; `credit_steps` reads a batch in either
+layout into it (RLlib's artificial rows get returns and GAE of 0, masked out).
+
 The pieces of one pipeline call share one `CreditState` per module, under
 `shared_data[CREDIT_STATE]`. The classifier is evaluated, without gradient, on a batch it
 has never trained on: its diagnostics and the trust built on them are held-out by
@@ -27,7 +30,7 @@ The maths is in `hca_rllib.credit`; the pieces only route tensors and reduce ove
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, NamedTuple, Optional
 
 import numpy as np
 import torch
@@ -122,7 +125,7 @@ class CreditState:
     log_pi_taken: Optional[torch.Tensor] = None
     log_q_taken: Optional[torch.Tensor] = None
     hindsight_logits: Optional[torch.Tensor] = None
-    # Lean layout: the chunk of every row (None: `credit.chunk_ids(mask)`, RLlib's layout).
+    # The episode chunk of every real row (`credit.chunk_ids`), for the evidence trust.
     chunks: Optional[torch.Tensor] = None
     # Credit from the Learner's gradient pass: its latent and logits (with gradient), for
     # the classifier's forward with gradient, kept in `hindsight_logits_grad`.
@@ -213,28 +216,55 @@ class ComputeReturnsAndAdvantages(_CreditPiece):
 
     def from_outputs(self, b, latent, logits, values) -> CreditState:
         """The returns, GAE and value targets (into `b`) from the policy's latent and
-        logits and the values of `b`'s rows, in either layout."""
+        logits and the values of `b`'s rows, in either layout (`credit_steps`)."""
         config = self.config
         mask = b[Columns.LOSS_MASK].bool()
-        rewards = b[Columns.REWARDS]
-        terminateds, truncateds = b[Columns.TERMINATEDS], b[Columns.TRUNCATEDS]
-        chunks = None
-        if BOOTSTRAP_VALUES in b:  # lean layout: real rows only
-            next_values = credit.next_values(values, b[BOOTSTRAP_VALUES], terminateds, truncateds)
-            returns = credit.returns_from_next_values(rewards, next_values, terminateds, truncateds, config.gamma)
-            gae = credit.gae_from_next_values(rewards, values, next_values, terminateds, truncateds,
-                                              config.gamma, config.lambda_)
-            chunks = credit.chunk_ids_from_ends(terminateds, truncateds)
-        else:
-            returns = credit.discounted_returns(rewards, values, terminateds, truncateds, config.gamma)
-            gae = credit.gae_advantages(rewards, values, terminateds, truncateds, config.gamma, config.lambda_)
+        steps = credit_steps(b, values)
+        returns = credit.discounted_returns(steps.rewards, steps.next_values, steps.terminateds,
+                                            steps.truncateds, config.gamma)
+        gae = credit.gae_advantages(steps.rewards, steps.values, steps.next_values, steps.terminateds,
+                                    steps.truncateds, config.gamma, config.lambda_)
+        if steps.rows is not None:  # back onto RLlib's rows, 0 on the artificial ones
+            returns, gae = (values.new_zeros(len(mask)).index_copy_(0, steps.rows, x) for x in (returns, gae))
         b[Postprocessing.VALUE_TARGETS] = gae + values
         b[Postprocessing.ADVANTAGES] = gae
         return CreditState(
             mask=mask, actions=b[Columns.ACTIONS].long(), policy_logits=logits,
             log_pi_all=torch.log_softmax(logits, dim=-1), values=values, returns=returns, gae=gae,
-            policy_latent=latent, chunks=chunks, all_real=bool(mask.all()),
+            policy_latent=latent, chunks=credit.chunk_ids(steps.terminateds, steps.truncateds),
+            all_real=bool(mask.all()),
         )
+
+
+class CreditSteps(NamedTuple):
+    """A batch's steps in `credit`'s layout: real steps only, `terminateds`/`truncateds`
+    on each chunk's last step, `next_values[t] = V(s_{t+1})`; `rows`: the batch rows they
+    come from (None: all of them, in order)."""
+
+    rewards: torch.Tensor
+    values: torch.Tensor
+    next_values: torch.Tensor
+    terminateds: torch.Tensor
+    truncateds: torch.Tensor
+    rows: Optional[torch.Tensor]
+
+
+def credit_steps(b, values: torch.Tensor) -> CreditSteps:
+    """`b`'s steps, with `values` of its rows, in `credit`'s layout.
+
+    The lean layout (`BOOTSTRAP_VALUES` present) is that layout already: `V(s_{t+1})` is
+    the next row's value, or the bootstrap value on a chunk's last step. RLlib's layout
+    (after `AddOneTsToEpisodesAndTruncate`) follows each chunk with one artificial row,
+    `LOSS_MASK` False, whose observation is the one after the chunk's last step: its real
+    rows are the steps, and `V(s_{t+1})` is always the next row's value (the artificial
+    row's on a chunk's last step; not read after a terminal one)."""
+    rewards, terminateds, truncateds = b[Columns.REWARDS], b[Columns.TERMINATEDS], b[Columns.TRUNCATEDS]
+    if BOOTSTRAP_VALUES in b:
+        next_values = credit.next_values(values, b[BOOTSTRAP_VALUES], terminateds, truncateds)
+        return CreditSteps(rewards, values, next_values, terminateds, truncateds, None)
+    rows = b[Columns.LOSS_MASK].bool().nonzero().squeeze(-1)
+    next_values = torch.cat([values[1:], values.new_zeros(1)])
+    return CreditSteps(rewards[rows], values[rows], next_values[rows], terminateds[rows], truncateds[rows], rows)
 
 
 class ComputeHindsightLogProbs(_CreditPiece):
@@ -328,7 +358,7 @@ class ComputeCreditWeights(_CreditPiece):
         if self.config.trust is None:
             return None, 1.0
         pi_probs, q_probs = s.probs()
-        evidence = credit.calibration_evidence(s.actions, pi_probs, q_probs, s.mask, chunks=s.chunks)
+        evidence = credit.calibration_evidence(s.real(s.actions), s.real(pi_probs), s.real(q_probs), s.chunks)
         # The trust applied to this batch comes from the batches before it: evidence that
         # includes this batch would favour a noise classifier exactly where its deviations
         # happen to point at this batch's actions. This batch's evidence serves the next.

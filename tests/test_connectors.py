@@ -13,16 +13,17 @@ from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 from hca_rllib import HCAConfig, credit
 from ray.rllib.connectors.connector_pipeline_v2 import ConnectorPipelineV2
 
-from hca_rllib.connectors import CREDIT_STATE, ComputeCreditWeights, credit_pieces
+from hca_rllib.connectors import (BOOTSTRAP_VALUES, CREDIT_STATE, ComputeCreditWeights,
+                                  ComputeReturnsAndAdvantages, credit_pieces)
 from hca_rllib.module import CREDIT_WEIGHTS, RETURNS, HCATorchRLModule
 
 MID = "default_policy"
 
 
-def make_batch(seed=0):
-    """Two chunks: 5 steps truncated (bootstrap), 3 steps terminated."""
+def make_batch(seed=0, lengths=(5, 3), terminated=(False, True)):
+    """Episode chunks in RLlib's layout, each followed by its artificial step; by default
+    two: 5 steps truncated (bootstrap), 3 steps terminated."""
     rng = np.random.default_rng(seed)
-    lengths, terminated = [5, 3], [False, True]
     rows = []
     for length, term in zip(lengths, terminated):
         for t in range(length):
@@ -40,13 +41,17 @@ def make_batch(seed=0):
     }
 
 
-def run(config, batch, module=None):
-    module = module or HCATorchRLModule(
+def make_module(config):
+    return HCATorchRLModule(
         observation_space=gym.spaces.Box(-np.inf, np.inf, (4,), np.float32),
         action_space=gym.spaces.Discrete(2),
         inference_only=False,
         model_config={"hindsight": config.hindsight, "uses_hindsight": config.uses_hindsight},
     )
+
+
+def run(config, batch, module=None):
+    module = module or make_module(config)
     metrics = MetricsLogger()
     pipeline = ConnectorPipelineV2(connectors=credit_pieces(config))
     out = pipeline(rl_module={MID: module}, batch={MID: batch}, episodes=[], metrics=metrics)
@@ -58,14 +63,43 @@ def values_of(module, batch):
         return module.compute_values(batch)
 
 
+def rllib_layout_reference(batch, values, gamma, lambda_):
+    """The returns and GAE as the package computed them on RLlib's layout before its
+    credit functions took one layout: float64 numpy loops over every row, `V(s_{t+1}) =
+    values[t + 1]`; float32, garbage on the artificial rows."""
+    r = batch[Columns.REWARDS].numpy().astype(np.float64)
+    v = values.numpy().astype(np.float64)
+    nv = np.append(v[1:], 0.0)
+    term, trunc = batch[Columns.TERMINATEDS].numpy(), batch[Columns.TRUNCATEDS].numpy()
+    returns, gae = np.empty_like(r), np.empty_like(r)
+    running = 0.0
+    for t in range(len(r) - 1, -1, -1):
+        if term[t]:
+            running = r[t]
+        elif trunc[t]:
+            running = r[t] + gamma * nv[t]
+        else:
+            running = r[t] + gamma * running
+        returns[t] = running
+    deltas = r + gamma * (~term) * nv - v
+    propagate = ~(term | trunc)
+    running = 0.0
+    for t in range(len(r) - 1, -1, -1):
+        running = deltas[t] + (gamma * lambda_ * running if propagate[t] else 0.0)
+        gae[t] = running
+    return torch.as_tensor(returns, dtype=torch.float32), torch.as_tensor(gae, dtype=torch.float32)
+
+
 def test_a2c_advantages_are_gae_not_normalised():
     config = HCAConfig().training(credit="a2c", hindsight_loss_coeff=0.0, gamma=0.9, lambda_=0.8)
     batch = make_batch()
     out, module, _ = run(config, dict(batch))
     v = values_of(module, batch)
-    gae = credit.gae_advantages(batch[Columns.REWARDS], v, batch[Columns.TERMINATEDS], batch[Columns.TRUNCATEDS], 0.9, 0.8)
-    torch.testing.assert_close(out[Postprocessing.ADVANTAGES], gae)
-    torch.testing.assert_close(out[Postprocessing.VALUE_TARGETS], gae + v)
+    real = batch[Columns.LOSS_MASK]
+    _, gae = rllib_layout_reference(batch, v, 0.9, 0.8)
+    torch.testing.assert_close(out[Postprocessing.ADVANTAGES][real], gae[real])
+    torch.testing.assert_close(out[Postprocessing.VALUE_TARGETS][real], (gae + v)[real])
+    assert torch.count_nonzero(out[Postprocessing.ADVANTAGES][~real]) == 0  # artificial rows: 0
     assert RETURNS not in out  # no classifier in plain A2C
 
 
@@ -74,15 +108,49 @@ def test_returns_bootstrap_where_a_chunk_is_cut():
     batch = make_batch(seed=3)
     out, module, _ = run(config, dict(batch))
     v = values_of(module, batch)
-    # The return bootstraps with V where the episode was cut without a terminal state.
-    bootstrap = v
-    expected = credit.discounted_returns(
-        batch[Columns.REWARDS], bootstrap, batch[Columns.TERMINATEDS], batch[Columns.TRUNCATEDS], 0.95
-    )
-    torch.testing.assert_close(out[RETURNS], expected)
+    real = batch[Columns.LOSS_MASK]
+    expected, _ = rllib_layout_reference(batch, v, 0.95, 1.0)
+    torch.testing.assert_close(out[RETURNS][real], expected[real])
     # The truncated chunk's last real step (row 4) bootstraps with the artificial step's value.
     r = batch[Columns.REWARDS]
-    assert float(out[RETURNS][4]) == pytest.approx(float(r[4] + 0.95 * bootstrap[5]), abs=1e-5)
+    assert float(out[RETURNS][4]) == pytest.approx(float(r[4] + 0.95 * v[5]), abs=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_rllib_layout_gives_the_columns_of_before_bitwise(seed):
+    """RLlib's layout goes to `credit`'s through `credit_steps`: on the real rows the
+    returns, advantages and value targets are bitwise those of the loops over RLlib's
+    rows (`rllib_layout_reference`) and those of the same steps in the lean layout; the
+    artificial rows get 0; the chunk ids number the chunks."""
+    rng = np.random.default_rng(seed)
+    n_chunks = int(rng.integers(1, 7))
+    lengths = [int(x) for x in rng.integers(1, 9, n_chunks)]
+    terminated = [bool(x) for x in rng.random(n_chunks) < 0.5]
+    batch = make_batch(seed, lengths, terminated)
+    config = HCAConfig().training(credit="hca", gamma=0.97, lambda_=0.9)
+    module = make_module(config)
+    with torch.no_grad():
+        latent, logits = module.policy_outputs(batch[Columns.OBS])
+        v = module.compute_values({Columns.OBS: batch[Columns.OBS]}, latent)
+    piece = ComputeReturnsAndAdvantages(config=config)
+    b = dict(batch)
+    s = piece.from_outputs(b, latent, logits, v)
+    returns, gae = rllib_layout_reference(batch, v, 0.97, 0.9)
+    real = batch[Columns.LOSS_MASK]
+    assert torch.equal(s.returns[real], returns[real]) and torch.equal(s.gae[real], gae[real])
+    assert torch.equal(b[Postprocessing.ADVANTAGES][real], gae[real])
+    assert torch.equal(b[Postprocessing.VALUE_TARGETS][real], (gae + v)[real])
+    assert torch.count_nonzero(s.returns[~real]) == 0 and torch.count_nonzero(s.gae[~real]) == 0
+    assert torch.equal(s.chunks, torch.arange(n_chunks).repeat_interleave(torch.tensor(lengths)))
+    # The same steps in the lean layout: the bootstrap value on each cut chunk's last step.
+    after = torch.nonzero(~real).squeeze(-1)
+    bootstrap = torch.zeros(len(batch[Columns.REWARDS]))
+    bootstrap[after - 1] = v[after] * batch[Columns.TRUNCATEDS][after - 1]
+    lean = {k: batch[k][real] for k in batch}
+    lean[BOOTSTRAP_VALUES] = bootstrap[real]
+    s_lean = piece.from_outputs(lean, latent[real], logits[real], v[real])
+    assert torch.equal(s_lean.returns, s.returns[real]) and torch.equal(s_lean.gae, s.gae[real])
+    assert torch.equal(s_lean.chunks, s.chunks)
 
 
 @pytest.mark.parametrize("credit_mode", ["hca", "c2a2c"])
@@ -93,7 +161,8 @@ def test_untrained_policy_relative_classifier_gives_a2c_or_nothing(credit_mode):
     pure = HCAConfig().training(credit=credit_mode, trust=None)
     out, module, metrics = run(pure, dict(batch))
     v = values_of(module, batch)
-    gae = credit.gae_advantages(batch[Columns.REWARDS], v, batch[Columns.TERMINATEDS], batch[Columns.TRUNCATEDS], 0.99, 1.0)
+    real = batch[Columns.LOSS_MASK]
+    _, gae = rllib_layout_reference(batch, v, 0.99, 1.0)
     assert torch.count_nonzero(out[Postprocessing.ADVANTAGES]) == 0
     reduced = metrics.reduce()
     assert reduced[MID]["info/mutual_information"].peek() == 0.0
@@ -102,7 +171,7 @@ def test_untrained_policy_relative_classifier_gives_a2c_or_nothing(credit_mode):
 
     trusted = HCAConfig().training(credit=credit_mode)
     out, _, _ = run(trusted, dict(batch), module=module)
-    torch.testing.assert_close(out[Postprocessing.ADVANTAGES], gae)
+    torch.testing.assert_close(out[Postprocessing.ADVANTAGES][real], gae[real])
 
 
 def test_non_finite_reward_leaves_running_statistics_untouched():
@@ -176,10 +245,10 @@ def test_evaluation_inputs_are_training_frame_stacks_across_episodes_and_cuts():
 
 
 def _a2c_weights(module, batch, config):
-    v = values_of(module, batch)
-    gae = credit.gae_advantages(batch[Columns.REWARDS], v, batch[Columns.TERMINATEDS],
-                                batch[Columns.TRUNCATEDS], config.gamma, config.lambda_)
-    return credit.one_hot_weights(gae, batch[Columns.ACTIONS], 2)
+    """A2C's weights on the real rows."""
+    real = batch[Columns.LOSS_MASK]
+    _, gae = rllib_layout_reference(batch, values_of(module, batch), config.gamma, config.lambda_)
+    return credit.one_hot_weights(gae, batch[Columns.ACTIONS], 2)[real]
 
 
 @pytest.mark.parametrize("credit_mode", ["expected_hca", "hca", "c2a2c"])
@@ -187,7 +256,7 @@ def test_untrained_classifier_with_evidence_trust_is_a2c_exactly(credit_mode):
     config = HCAConfig().training(credit=credit_mode, trust="evidence")
     batch = make_batch(seed=2)
     out, module, metrics = run(config, dict(batch))
-    torch.testing.assert_close(out[CREDIT_WEIGHTS], _a2c_weights(module, batch, config))
+    torch.testing.assert_close(out[CREDIT_WEIGHTS][batch[Columns.LOSS_MASK]], _a2c_weights(module, batch, config))
     reduced = metrics.reduce()
     assert reduced[MID]["credit/trust"].peek() == 0.0
     assert module.trust_evidence.shape == (1, 4)
@@ -219,7 +288,7 @@ def test_wrong_classifier_with_evidence_trust_falls_back_to_a2c():
     reduced = metrics.reduce()
     assert reduced[MID]["credit/trust_z"].peek() < 0
     assert reduced[MID]["credit/trust"].peek() == 0.0
-    torch.testing.assert_close(out[CREDIT_WEIGHTS], _a2c_weights(module, batch, config))
+    torch.testing.assert_close(out[CREDIT_WEIGHTS][batch[Columns.LOSS_MASK]], _a2c_weights(module, batch, config))
 
 
 def test_right_classifier_with_evidence_trust_gives_expected_hca():
@@ -236,7 +305,7 @@ def test_right_classifier_with_evidence_trust_gives_expected_hca():
     out, _, metrics = run(config, dict(batch), module=module)
     # The first batch is weighted with the evidence before it (none): A2C.
     assert metrics.reduce()[MID]["credit/trust"].peek() == 0.0
-    torch.testing.assert_close(out[CREDIT_WEIGHTS], _a2c_weights(module, batch, config))
+    torch.testing.assert_close(out[CREDIT_WEIGHTS][batch[Columns.LOSS_MASK]], _a2c_weights(module, batch, config))
     out, _, metrics = run(config, dict(batch), module=module)
     reduced = metrics.reduce()
     assert reduced[MID]["credit/trust"].peek() == 1.0
@@ -245,11 +314,11 @@ def test_right_classifier_with_evidence_trust_gives_expected_hca():
     v = values_of(module, batch)
     with torch.no_grad():
         _, logits = module.policy_outputs(batch[Columns.OBS])
-    returns = credit.discounted_returns(batch[Columns.REWARDS], v, batch[Columns.TERMINATEDS],
-                                        batch[Columns.TRUNCATEDS], config.gamma)
+    returns, _ = rllib_layout_reference(batch, v, config.gamma, config.lambda_)
     pi = torch.softmax(logits, -1)
     q = torch.softmax(logits + torch.nn.functional.one_hot(actions, 2), -1)
-    torch.testing.assert_close(out[CREDIT_WEIGHTS], credit.expected_hca_weights(returns, v, q, pi, scale))
+    real = batch[Columns.LOSS_MASK]
+    torch.testing.assert_close(out[CREDIT_WEIGHTS][real], credit.expected_hca_weights(returns, v, q, pi, scale)[real])
 
 
 def test_pieces_share_one_state_per_module():

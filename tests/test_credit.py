@@ -19,26 +19,32 @@ from hca_rllib import credit as C
 
 
 # --------------------------------------------------------------------------------------
-# Random episode chunks in the flat "one artificial step per chunk" convention.
+# Random episode chunks in `credit`'s layout: real steps only, the flags on each chunk's
+# last step, `next_values[t] = V(s_{t+1})`.
 # --------------------------------------------------------------------------------------
 
 
 @dataclass
 class Chunk:
-    rewards: np.ndarray  # real steps only
-    values: np.ndarray  # real steps only
+    rewards: np.ndarray
+    values: np.ndarray
     terminated: bool
     bootstrap: float  # V(s_T) for a truncated chunk; garbage for a terminated one
 
 
 @dataclass
-class FlatBatch:
+class Steps:
     chunks: List[Chunk]
     rewards: np.ndarray
     values: np.ndarray
+    next_values: np.ndarray
     terminateds: np.ndarray
     truncateds: np.ndarray
-    real: np.ndarray  # True on real rows, False on artificial rows
+
+    def tensors(self, dtype=torch.float32):
+        """`(rewards, values, next_values, terminateds, truncateds)` as tensors."""
+        return (_t(self.rewards, dtype), _t(self.values, dtype), _t(self.next_values, dtype),
+                _t(self.terminateds, torch.bool), _t(self.truncateds, torch.bool))
 
 
 def make_chunks(rng: np.random.Generator, n_chunks: int) -> List[Chunk]:
@@ -50,41 +56,29 @@ def make_chunks(rng: np.random.Generator, n_chunks: int) -> List[Chunk]:
                 rewards=rng.normal(0.0, 1.0, n),
                 values=rng.normal(0.0, 2.0, n),
                 terminated=bool(rng.random() < 0.5),
-                # For a terminated chunk this is the value the network happens to give
-                # the artificial step: it must not leak into anything.
+                # For a terminated chunk this is what `next_values` happens to hold after
+                # the terminal step: it must not leak into anything.
                 bootstrap=float(rng.normal(0.0, 5.0)),
             )
         )
     return chunks
 
 
-def flatten(chunks: List[Chunk]) -> FlatBatch:
-    rewards, values, terms, truncs, real = [], [], [], [], []
+def layout(chunks: List[Chunk]) -> Steps:
+    rewards, values, next_values, terms, truncs = [], [], [], [], []
     for c in chunks:
         n = len(c.rewards)
-        rewards += list(c.rewards) + [0.0]
-        values += list(c.values) + [c.bootstrap]
-        term = [False] * (n + 1)
-        trunc = [False] * (n + 1)
-        if c.terminated:
-            term[n - 1] = True
-        else:
-            trunc[n - 1] = True
-        terms += term
-        truncs += trunc
-        real += [True] * n + [False]
-    return FlatBatch(
-        chunks,
-        np.asarray(rewards, dtype=np.float64),
-        np.asarray(values, dtype=np.float64),
-        np.asarray(terms, dtype=bool),
-        np.asarray(truncs, dtype=bool),
-        np.asarray(real, dtype=bool),
-    )
+        rewards += list(c.rewards)
+        values += list(c.values)
+        next_values += list(c.values[1:]) + [c.bootstrap]
+        terms += [False] * (n - 1) + [c.terminated]
+        truncs += [False] * (n - 1) + [not c.terminated]
+    return Steps(chunks, *(np.asarray(x, dtype=np.float64) for x in (rewards, values, next_values)),
+                 np.asarray(terms, dtype=bool), np.asarray(truncs, dtype=bool))
 
 
 def ref_returns(chunks: List[Chunk], gamma: float, use_values: bool = True) -> np.ndarray:
-    """Z_t = sum_k gamma^k r_{t+k} (+ gamma^{T-t} V(s_T) if truncated), real rows only."""
+    """Z_t = sum_k gamma^k r_{t+k} (+ gamma^{T-t} V(s_T) if truncated)."""
     out = []
     for c in chunks:
         n = len(c.rewards)
@@ -97,7 +91,7 @@ def ref_returns(chunks: List[Chunk], gamma: float, use_values: bool = True) -> n
 
 
 def ref_gae(chunks: List[Chunk], gamma: float, lam: float) -> np.ndarray:
-    """A_t = sum_k (gamma lambda)^k delta_{t+k} by the explicit sum, real rows only."""
+    """A_t = sum_k (gamma lambda)^k delta_{t+k} by the explicit sum."""
     out = []
     for c in chunks:
         n = len(c.rewards)
@@ -117,122 +111,184 @@ SEEDS = [0, 1, 2, 3, 4]
 
 def _random_setting(seed: int):
     rng = np.random.default_rng(seed)
-    batch = flatten(make_chunks(rng, n_chunks=int(rng.integers(3, 9))))
+    steps = layout(make_chunks(rng, n_chunks=int(rng.integers(3, 9))))
     gamma = float(rng.choice([0.5, 0.9, 0.99, 1.0]))
     lam = float(rng.uniform(0.0, 1.0))
-    return batch, gamma, lam
+    return steps, gamma, lam
 
 
 def test_generator_convention():
-    """The generator itself: one artificial step per chunk, flags on the last real step."""
-    batch, _, _ = _random_setting(0)
-    n_real = sum(len(c.rewards) for c in batch.chunks)
-    assert batch.real.sum() == n_real
-    assert (~batch.real).sum() == len(batch.chunks)
-    assert not (batch.terminateds & batch.truncateds).any()
-    assert (batch.terminateds | batch.truncateds).sum() == len(batch.chunks)
-    # Every flag sits right before an artificial row; artificial rows carry reward 0.
-    flagged = np.flatnonzero(batch.terminateds | batch.truncateds)
-    assert not batch.real[flagged + 1].any()
-    assert (batch.rewards[~batch.real] == 0).all()
+    """The generator itself: real steps only, one flag on each chunk's last step,
+    `next_values` the next step's value inside a chunk."""
+    steps, _, _ = _random_setting(0)
+    assert len(steps.rewards) == sum(len(c.rewards) for c in steps.chunks)
+    assert not (steps.terminateds & steps.truncateds).any()
+    ends = np.flatnonzero(steps.terminateds | steps.truncateds)
+    assert len(ends) == len(steps.chunks) and ends[-1] == len(steps.rewards) - 1
+    inside = np.setdiff1d(np.arange(len(steps.rewards)), ends)
+    np.testing.assert_array_equal(steps.next_values[inside], steps.values[inside + 1])
+    np.testing.assert_array_equal(C.chunk_ids(*steps.tensors()[3:]),
+                                  np.repeat(np.arange(len(steps.chunks)), [len(c.rewards) for c in steps.chunks]))
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_discounted_returns_match_brute_force(seed):
-    batch, gamma, _ = _random_setting(seed)
-    z = C.discounted_returns(
-        _t(batch.rewards), _t(batch.values), _t(batch.terminateds, torch.bool),
-        _t(batch.truncateds, torch.bool), gamma,
-    )
-    assert isinstance(z, torch.Tensor) and z.shape == (len(batch.rewards),)
-    np.testing.assert_allclose(
-        z.numpy()[batch.real], ref_returns(batch.chunks, gamma), atol=1e-4, rtol=0
-    )
+    steps, gamma, _ = _random_setting(seed)
+    r, _, nv, term, trunc = steps.tensors()
+    z = C.discounted_returns(r, nv, term, trunc, gamma)
+    assert isinstance(z, torch.Tensor) and z.shape == (len(steps.rewards),) and z.dtype == torch.float32
+    np.testing.assert_allclose(z.numpy(), ref_returns(steps.chunks, gamma), atol=1e-4, rtol=0)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_discounted_returns_with_zero_values_are_monte_carlo(seed):
-    batch, gamma, _ = _random_setting(seed)
-    z = C.discounted_returns(
-        _t(batch.rewards), torch.zeros(len(batch.rewards)),
-        _t(batch.terminateds, torch.bool), _t(batch.truncateds, torch.bool), gamma,
-    )
-    np.testing.assert_allclose(
-        z.numpy()[batch.real],
-        ref_returns(batch.chunks, gamma, use_values=False),
-        atol=1e-4,
-        rtol=0,
-    )
+    steps, gamma, _ = _random_setting(seed)
+    r, _, nv, term, trunc = steps.tensors()
+    z = C.discounted_returns(r, torch.zeros_like(nv), term, trunc, gamma)
+    np.testing.assert_allclose(z.numpy(), ref_returns(steps.chunks, gamma, use_values=False), atol=1e-4, rtol=0)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_gae_matches_explicit_sum(seed):
-    batch, gamma, lam = _random_setting(seed)
-    args = (
-        _t(batch.rewards), _t(batch.values), _t(batch.terminateds, torch.bool),
-        _t(batch.truncateds, torch.bool),
-    )
+    steps, gamma, lam = _random_setting(seed)
     for lam_ in (lam, 0.0, 1.0):
-        adv = C.gae_advantages(*args, gamma, lam_)
-        np.testing.assert_allclose(
-            adv.numpy()[batch.real], ref_gae(batch.chunks, gamma, lam_), atol=1e-4, rtol=0,
-            err_msg=f"lambda={lam_}",
-        )
+        adv = C.gae_advantages(*steps.tensors(), gamma, lam_)
+        np.testing.assert_allclose(adv.numpy(), ref_gae(steps.chunks, gamma, lam_), atol=1e-4, rtol=0,
+                                   err_msg=f"lambda={lam_}")
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_gae_lambda_one_is_return_minus_value(seed):
-    batch, gamma, _ = _random_setting(seed)
-    args = (
-        _t(batch.rewards), _t(batch.values), _t(batch.terminateds, torch.bool),
-        _t(batch.truncateds, torch.bool),
-    )
-    adv = C.gae_advantages(*args, gamma, 1.0)
-    z = C.discounted_returns(*args, gamma)
-    np.testing.assert_allclose(
-        adv.numpy()[batch.real],
-        (z - _t(batch.values)).numpy()[batch.real],
-        atol=1e-4,
-        rtol=0,
-    )
+    steps, gamma, _ = _random_setting(seed)
+    r, v, nv, term, trunc = steps.tensors()
+    adv = C.gae_advantages(r, v, nv, term, trunc, gamma, 1.0)
+    z = C.discounted_returns(r, nv, term, trunc, gamma)
+    np.testing.assert_allclose(adv.numpy(), (z - v).numpy(), atol=1e-4, rtol=0)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_gae_matches_rllib_compute_value_targets(seed):
+    """Against RLlib's own GAE, on RLlib's layout: each chunk followed by one artificial
+    step whose value is the bootstrap value."""
     from ray.rllib.utils.postprocessing.value_predictions import compute_value_targets
 
-    batch, gamma, lam = _random_setting(seed)
-    targets = compute_value_targets(
-        batch.values.astype(np.float32),
-        batch.rewards.astype(np.float32),
-        batch.terminateds.astype(np.float32),
-        batch.truncateds.astype(np.float32),
-        gamma,
-        lam,
-    )
-    rllib_adv = targets - batch.values.astype(np.float32)
-    adv = C.gae_advantages(
-        _t(batch.rewards), _t(batch.values), _t(batch.terminateds, torch.bool),
-        _t(batch.truncateds, torch.bool), gamma, lam,
-    )
-    np.testing.assert_allclose(
-        adv.numpy()[batch.real], rllib_adv[batch.real], atol=1e-4, rtol=0
-    )
+    steps, gamma, lam = _random_setting(seed)
+    values, rewards, terms, truncs, real = [], [], [], [], []
+    for c in steps.chunks:
+        n = len(c.rewards)
+        values += list(c.values) + [c.bootstrap]
+        rewards += list(c.rewards) + [0.0]
+        terms += [False] * (n - 1) + [c.terminated, False]
+        truncs += [False] * (n - 1) + [not c.terminated, False]
+        real += [True] * n + [False]
+    values, real = np.asarray(values, np.float32), np.asarray(real)
+    targets = compute_value_targets(values, np.asarray(rewards, np.float32), np.asarray(terms, np.float32),
+                                    np.asarray(truncs, np.float32), gamma, lam)
+    adv = C.gae_advantages(*steps.tensors(), gamma, lam)
+    np.testing.assert_allclose(adv.numpy(), (targets - values)[real], atol=1e-4, rtol=0)
 
 
-def test_returns_and_gae_accept_numpy_inputs():
-    batch, gamma, lam = _random_setting(7)
-    z = C.discounted_returns(
-        batch.rewards, batch.values, batch.terminateds, batch.truncateds, gamma
-    )
-    adv = C.gae_advantages(
-        batch.rewards, batch.values, batch.terminateds, batch.truncateds, gamma, lam
-    )
-    assert z.dtype == torch.float32 and adv.dtype == torch.float32
-    np.testing.assert_allclose(z.numpy()[batch.real], ref_returns(batch.chunks, gamma), atol=1e-4)
-    np.testing.assert_allclose(
-        adv.numpy()[batch.real], ref_gae(batch.chunks, gamma, lam), atol=1e-4
-    )
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_returns_and_gae_keep_dtype_and_device(dtype):
+    steps, gamma, lam = _random_setting(7)
+    r, v, nv, term, trunc = steps.tensors(dtype)
+    z = C.discounted_returns(r, nv, term, trunc, gamma)
+    adv = C.gae_advantages(r, v, nv, term, trunc, gamma, lam)
+    assert z.dtype == adv.dtype == dtype and z.device == adv.device == r.device
+    assert len(C.discounted_returns(r[:0], nv[:0], term[:0], trunc[:0], gamma)) == 0
+
+
+# --------------------------------------------------------------------------------------
+# Brute-force references: a plain Python loop over every step, on random chunk layouts
+# (chunks of 1 to 12 steps, some terminated, the batch's last chunk possibly unflagged).
+# --------------------------------------------------------------------------------------
+
+
+def _random_layout(rng, n):
+    ends = rng.random(n) < rng.choice([0.05, 0.3, 0.8])
+    if rng.random() < 0.8:
+        ends[-1] = True
+    term = ends & (rng.random(n) < 0.5)
+    return term, ends & ~term
+
+
+def brute_force_returns(r, nv, term, trunc, gamma):
+    """Z_t = sum_k gamma^k r_{t+k} to the chunk's end, plus gamma^(k+1) V(s_{t+k+1}) there
+    if it was cut; the batch's last row ends an unflagged chunk (bootstrapped with 0)."""
+    n, out = len(r), []
+    for t in range(n):
+        z, k = 0.0, 0
+        while True:
+            z += gamma**k * r[t + k]
+            if term[t + k] or trunc[t + k] or t + k == n - 1:
+                if trunc[t + k]:
+                    z += gamma ** (k + 1) * nv[t + k]
+                break
+            k += 1
+        out.append(z)
+    return np.asarray(out)
+
+
+def brute_force_gae(r, v, nv, term, trunc, gamma, lam):
+    """A_t = sum_k (gamma lambda)^k delta_{t+k} to the chunk's end."""
+    n, out = len(r), []
+    delta = [r[t] + (0.0 if term[t] else gamma * nv[t]) - v[t] for t in range(n)]
+    for t in range(n):
+        a, k = 0.0, 0
+        while True:
+            a += (gamma * lam) ** k * delta[t + k]
+            if term[t + k] or trunc[t + k] or t + k == n - 1:
+                break
+            k += 1
+        out.append(a)
+    return np.asarray(out)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_returns_and_gae_match_brute_force_loops_in_float64(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 120))
+    term, trunc = _random_layout(rng, n)
+    r, v, nv = (rng.normal(size=n) for _ in range(3))
+    gamma, lam = float(rng.choice([0.5, 0.9, 0.99, 1.0])), float(rng.choice([0.0, 0.7, 0.95, 1.0]))
+    f64 = lambda x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
+    z = C.discounted_returns(f64(r), f64(nv), torch.tensor(term), torch.tensor(trunc), gamma)
+    adv = C.gae_advantages(f64(r), f64(v), f64(nv), torch.tensor(term), torch.tensor(trunc), gamma, lam)
+    assert z.dtype == adv.dtype == torch.float64
+    np.testing.assert_allclose(z.numpy(), brute_force_returns(r, nv, term, trunc, gamma), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(adv.numpy(), brute_force_gae(r, v, nv, term, trunc, gamma, lam), rtol=0, atol=1e-12)
+
+
+def recursion_loop(r, v, nv, term, trunc, gamma, lam):
+    """The recursions as a plain backward loop in float64, in the order of operations of
+    the method note (`Z_t = r_t + gamma Z_{t+1}`, `A_t = delta_t + gamma lambda A_{t+1}`):
+    float32 after the cast, bitwise what `credit` must give."""
+    z, a = np.zeros(len(r)), np.zeros(len(r))
+    running_z = running_a = 0.0
+    for t in reversed(range(len(r))):
+        rt, nvt = float(r[t]), float(nv[t])
+        delta = rt + gamma * (0.0 if term[t] else 1.0) * nvt - float(v[t])
+        if term[t]:
+            running_z, running_a = rt, delta + 0.0
+        elif trunc[t]:
+            running_z, running_a = rt + gamma * nvt, delta + 0.0
+        else:
+            running_z, running_a = rt + gamma * running_z, delta + gamma * lam * running_a
+        z[t], a[t] = running_z, running_a
+    return torch.tensor(z, dtype=torch.float32), torch.tensor(a, dtype=torch.float32)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_returns_and_gae_are_the_float64_loop_bitwise(seed):
+    rng = np.random.default_rng(100 + seed)
+    n = int(rng.integers(1, 300))
+    term, trunc = _random_layout(rng, n)
+    r, v, nv = (torch.tensor(rng.normal(size=n) * 10, dtype=torch.float32) for _ in range(3))
+    gamma, lam = float(rng.choice([0.9, 0.99, 0.997])), float(rng.choice([0.0, 0.8, 0.95, 1.0]))
+    z_ref, a_ref = recursion_loop(r, v, nv, term, trunc, gamma, lam)
+    T, Tr = torch.tensor(term), torch.tensor(trunc)
+    assert torch.equal(C.discounted_returns(r, nv, T, Tr, gamma), z_ref)
+    assert torch.equal(C.gae_advantages(r, v, nv, T, Tr, gamma, lam), a_ref)
 
 
 # --------------------------------------------------------------------------------------
@@ -243,62 +299,53 @@ def test_returns_and_gae_accept_numpy_inputs():
 def _single_chunk(rewards, terminated: bool, bootstrap: float, values=None):
     n = len(rewards)
     values = np.zeros(n) if values is None else np.asarray(values, dtype=np.float64)
-    return flatten([Chunk(np.asarray(rewards, float), values, terminated, bootstrap)])
+    return layout([Chunk(np.asarray(rewards, float), values, terminated, bootstrap)])
+
+
+def _returns(steps, gamma):
+    r, _, nv, term, trunc = steps.tensors()
+    return C.discounted_returns(r, nv, term, trunc, gamma).numpy()
 
 
 @pytest.mark.parametrize("n", [1, 5, 20])
 @pytest.mark.parametrize("gamma", [0.5, 0.9, 0.99])
 def test_constant_reward_terminated_closed_form(n, gamma):
-    batch = _single_chunk(np.ones(n), terminated=True, bootstrap=123.0)
-    z = C.discounted_returns(
-        batch.rewards, batch.values, batch.terminateds, batch.truncateds, gamma
-    ).numpy()
+    z = _returns(_single_chunk(np.ones(n), terminated=True, bootstrap=123.0), gamma)
     expected = [(1 - gamma ** (n - t)) / (1 - gamma) for t in range(n)]
-    np.testing.assert_allclose(z[:n], expected, rtol=1e-6)
+    np.testing.assert_allclose(z, expected, rtol=1e-6)
     assert math.isclose(z[0], (1 - gamma**n) / (1 - gamma), rel_tol=1e-6)
 
 
 def test_constant_reward_truncated_closed_form():
     n, gamma, v_boot = 7, 0.9, 4.0
-    batch = _single_chunk(np.ones(n), terminated=False, bootstrap=v_boot)
-    z = C.discounted_returns(
-        batch.rewards, batch.values, batch.terminateds, batch.truncateds, gamma
-    ).numpy()
-    assert math.isclose(
-        z[0], (1 - gamma**n) / (1 - gamma) + gamma**n * v_boot, rel_tol=1e-6
-    )
+    z = _returns(_single_chunk(np.ones(n), terminated=False, bootstrap=v_boot), gamma)
+    assert math.isclose(z[0], (1 - gamma**n) / (1 - gamma) + gamma**n * v_boot, rel_tol=1e-6)
 
 
 def test_gamma_one_sums():
     rewards = np.array([1.0, -2.0, 3.5, 0.25])
-    term = _single_chunk(rewards, terminated=True, bootstrap=99.0)
-    z = C.discounted_returns(term.rewards, term.values, term.terminateds, term.truncateds, 1.0)
-    np.testing.assert_allclose(z.numpy()[:4], [2.75, 1.75, 3.75, 0.25], atol=1e-6)
-    trunc = _single_chunk(rewards, terminated=False, bootstrap=10.0)
-    z = C.discounted_returns(
-        trunc.rewards, trunc.values, trunc.terminateds, trunc.truncateds, 1.0
-    )
-    np.testing.assert_allclose(z.numpy()[:4], [12.75, 11.75, 13.75, 10.25], atol=1e-6)
+    z = _returns(_single_chunk(rewards, terminated=True, bootstrap=99.0), 1.0)
+    np.testing.assert_allclose(z, [2.75, 1.75, 3.75, 0.25], atol=1e-6)
+    z = _returns(_single_chunk(rewards, terminated=False, bootstrap=10.0), 1.0)
+    np.testing.assert_allclose(z, [12.75, 11.75, 13.75, 10.25], atol=1e-6)
 
 
-def test_terminated_chunk_ignores_artificial_value():
-    """A terminated chunk followed by another chunk: no value from either may leak."""
+def test_terminated_chunk_ignores_next_value_after_its_end():
+    """A terminated chunk followed by another chunk: the value `next_values` holds after
+    the terminal step must not leak."""
     rng = np.random.default_rng(11)
     chunks = [
         Chunk(rng.normal(size=4), rng.normal(size=4), True, 1e3),
         Chunk(rng.normal(size=3), rng.normal(size=3), False, -7.0),
     ]
-    batch = flatten(chunks)
+    steps = layout(chunks)
     for bogus in (1e3, -1e3):
-        batch.values[4] = bogus  # artificial value of the terminated chunk
-        z = C.discounted_returns(batch.rewards, batch.values, batch.terminateds,
-                                 batch.truncateds, 0.9)
-        adv = C.gae_advantages(batch.rewards, batch.values, batch.terminateds,
-                               batch.truncateds, 0.9, 0.8)
-        np.testing.assert_allclose(z.numpy()[batch.real], ref_returns(chunks, 0.9), atol=1e-4)
-        np.testing.assert_allclose(
-            adv.numpy()[batch.real], ref_gae(chunks, 0.9, 0.8), atol=1e-4
-        )
+        steps.next_values[3] = bogus  # after the terminal step
+        r, v, nv, term, trunc = steps.tensors()
+        z = C.discounted_returns(r, nv, term, trunc, 0.9)
+        adv = C.gae_advantages(r, v, nv, term, trunc, 0.9, 0.8)
+        np.testing.assert_allclose(z.numpy(), ref_returns(chunks, 0.9), atol=1e-4)
+        np.testing.assert_allclose(adv.numpy(), ref_gae(chunks, 0.9, 0.8), atol=1e-4)
 
 
 # --------------------------------------------------------------------------------------

@@ -27,9 +27,15 @@ from test_learner_path import MID, build, make_config, make_episodes, module_sta
 # --- 0.1.0's credit functions, at the removed knobs' defaults -------------------------
 
 
+def reference_chunk_ids(mask):
+    """0.1.0's chunks on RLlib's layout: the artificial row belongs to the chunk it closes."""
+    ends = (~mask.bool()).long()
+    return torch.cumsum(ends, 0) - ends
+
+
 def reference_calibration_evidence(actions, pi_probs, q_probs, mask, chunks, bins, num_bins=1):
     mask = mask.bool()
-    chunks = credit.chunk_ids(mask) if chunks is None else chunks
+    chunks = reference_chunk_ids(mask) if chunks is None else chunks
     deviation = (q_probs - pi_probs).to(torch.float64)
     taken = deviation.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
     x = (taken - (pi_probs.to(torch.float64) * deviation).sum(-1)) * mask
@@ -127,7 +133,9 @@ def reference_trust(self, module, s: CreditState, diagnostics):
         return None, 1.0
     pi_probs, q_probs = s.probs()
     bins = torch.zeros(q_probs.shape[:-1], dtype=torch.long)
-    evidence = reference_calibration_evidence(s.actions, pi_probs, q_probs, s.mask, s.chunks, bins)
+    # 0.1.0 numbered the chunks of the lean layout's rows, and left RLlib's to the mask.
+    chunks = s.chunks if s.all_real else None
+    evidence = reference_calibration_evidence(s.actions, pi_probs, q_probs, s.mask, chunks, bins)
     accumulated = module.trust_evidence.to(torch.float64, copy=True)
     if s.finite and bool(torch.isfinite(evidence).all()):
         module.trust_evidence.copy_(0.99 * module.trust_evidence.to(torch.float64) + evidence)

@@ -112,7 +112,7 @@ def test_shrunk_posterior_bias_is_what_the_closed_form_says(alpha):
     # The calibration scale of the evidence trust recovers 1 / alpha on held-out data.
     actions = torch.as_tensor(np.where(took_a, 0, 1))
     chunks = torch.arange(n)  # one decision per episode
-    evidence = C.calibration_evidence(actions, pi, _probs(q), torch.ones(n, dtype=torch.bool), chunks)
+    evidence = C.calibration_evidence(actions, pi, _probs(q), chunks)
     assert float(evidence[1] / evidence[3]) == pytest.approx(1 / alpha, rel=0.05)
     # With that scale, expected HCA is unbiased again.
     scaled = g * float(evidence[1] / evidence[3])
@@ -154,10 +154,12 @@ def test_one_hot_loss_is_the_a2c_loss():
 
 
 def _classifier_batch(kind, n_chunks=400, length=5, seed=0, num_actions=3, peak=0.8):
-    """Chunks of `length` real decisions plus one artificial row each. Decision 0 of
-    each chunk is informative: given its return, the posterior h puts 0.8 on one action
-    (the one the return points at), and the action was drawn from h (so h is the exact
-    posterior); other decisions have h == pi. `kind` picks the classifier."""
+    """`(actions, pi, q, chunks)`: chunks of `length` decisions. Decision 0 of each chunk
+    is informative: given its return, the posterior h puts 0.8 on one action (the one
+    the return points at), and the action was drawn from h (so h is the exact
+    posterior); other decisions have h == pi. `kind` picks the classifier. (The draws
+    are made with one more row per chunk, dropped, so the samples stay those the
+    tests were sized on.)"""
     rng = np.random.default_rng(seed)
     rows = n_chunks * (length + 1)
     pi = np.full((rows, num_actions), 1.0 / num_actions)
@@ -181,20 +183,20 @@ def _classifier_batch(kind, n_chunks=400, length=5, seed=0, num_actions=3, peak=
         q = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
     else:
         raise ValueError(kind)
-    t = lambda x: torch.as_tensor(x)  # noqa: E731
-    return t(actions), t(pi), t(q), t(mask)
+    t = lambda x: torch.as_tensor(x[mask])  # noqa: E731
+    return t(actions), t(pi), t(q), torch.arange(n_chunks).repeat_interleave(length)
 
 
 def test_evidence_trust_falls_back_to_a2c_with_an_untrained_classifier():
-    actions, pi, q, mask = _classifier_batch("untrained")
-    ev = C.calibration_evidence(actions, pi, q, mask)
+    actions, pi, q, chunks = _classifier_batch("untrained")
+    ev = C.calibration_evidence(actions, pi, q, chunks)
     out = C.evidence_trust(ev)
     assert float(out["trust"]) == 0.0 and float(out["scale"]) == 0.0
 
 
 def test_evidence_trust_falls_back_to_a2c_with_a_wrong_classifier():
-    actions, pi, q, mask = _classifier_batch("wrong")
-    ev = C.calibration_evidence(actions, pi, q, mask)
+    actions, pi, q, chunks = _classifier_batch("wrong")
+    ev = C.calibration_evidence(actions, pi, q, chunks)
     out = C.evidence_trust(ev)
     assert float(out["z"]) < -10
     # Its scale (clipped at 0) goes into the trust; the scale applied is 1.
@@ -202,8 +204,8 @@ def test_evidence_trust_falls_back_to_a2c_with_a_wrong_classifier():
 
 
 def test_evidence_trust_is_full_for_the_exact_posterior_with_scale_one():
-    actions, pi, q, mask = _classifier_batch("exact")
-    ev = C.calibration_evidence(actions, pi, q, mask)
+    actions, pi, q, chunks = _classifier_batch("exact")
+    ev = C.calibration_evidence(actions, pi, q, chunks)
     out = C.evidence_trust(ev)
     # z is far above full trust; a calibrated classifier's scale is about 1, and its
     # part below 1 (sampling noise) goes into the trust.
@@ -216,8 +218,8 @@ def test_evidence_trust_is_full_for_the_exact_posterior_with_scale_one():
 def test_evidence_trust_rarely_trusts_a_classifier_of_noise():
     full, means = 0, []
     for seed in range(400):
-        actions, pi, q, mask = _classifier_batch("noise", n_chunks=50, seed=seed)
-        trust = float(C.evidence_trust(C.calibration_evidence(actions, pi, q, mask))["trust"])
+        actions, pi, q, chunks = _classifier_batch("noise", n_chunks=50, seed=seed)
+        trust = float(C.evidence_trust(C.calibration_evidence(actions, pi, q, chunks))["trust"])
         full += trust == 1.0
         means.append(trust)
     # z ~ N(0, 1): P(z > 2) = 0.023 (full trust), E[clip(z - 1, 0, 1)] = 0.08.
@@ -226,13 +228,10 @@ def test_evidence_trust_rarely_trusts_a_classifier_of_noise():
 
 
 def test_calibration_evidence_sums_per_chunk_brute_force():
-    actions, pi, q, mask = _classifier_batch("noise", n_chunks=7, seed=3)
-    chunks = C.chunk_ids(mask)
-    ev = C.calibration_evidence(actions, pi, q, mask)
+    actions, pi, q, chunks = _classifier_batch("noise", n_chunks=7, seed=3)
+    ev = C.calibration_evidence(actions, pi, q, chunks)
     xs, ds = {}, {}
     for t in range(len(actions)):
-        if not mask[t]:
-            continue
         dev = (q[t] - pi[t]).numpy()
         e = np.zeros(3)
         e[int(actions[t])] = 1.0
@@ -241,21 +240,19 @@ def test_calibration_evidence_sums_per_chunk_brute_force():
         ds[c] = ds.get(c, 0.0) + float(np.dot(dev, dev))
     x = np.array(list(xs.values()))
     np.testing.assert_allclose(ev.numpy(), [len(x), x.sum(), (x * x).sum(), sum(ds.values())], rtol=1e-10)
-    # Artificial rows close their chunk: 7 chunks of 5 real rows.
-    assert torch.equal(torch.bincount(chunks), torch.full((7,), 6))
+    assert torch.equal(torch.bincount(chunks), torch.full((7,), 5))
 
 
 def test_chunks_not_steps_are_the_unit():
     """Copies of a decision inside its chunk (perfectly correlated steps) add no
     evidence: z is that of one decision per chunk. Counting steps as independent would
     inflate it by sqrt(copies)."""
-    actions, pi, q, mask = _classifier_batch("exact", n_chunks=80, length=1, seed=8)
-    z_one = float(C.evidence_trust(C.calibration_evidence(actions, pi, q, mask))["z"])
-    real = torch.nonzero(mask).squeeze(-1)
-    rows = torch.cat([torch.cat([r.repeat(5), r.new_tensor([r + 1])]) for r in real])
-    copies = (actions[rows], pi[rows], q[rows], mask[rows])
-    z_chunks = float(C.evidence_trust(C.calibration_evidence(*copies))["z"])
-    z_steps = float(C.evidence_trust(C.calibration_evidence(*copies, chunks=torch.arange(len(rows))))["z"])
+    actions, pi, q, chunks = _classifier_batch("exact", n_chunks=80, length=1, seed=8)
+    z_one = float(C.evidence_trust(C.calibration_evidence(actions, pi, q, chunks))["z"])
+    rows = torch.arange(len(actions)).repeat_interleave(5)
+    copies = (actions[rows], pi[rows], q[rows])
+    z_chunks = float(C.evidence_trust(C.calibration_evidence(*copies, chunks[rows]))["z"])
+    z_steps = float(C.evidence_trust(C.calibration_evidence(*copies, torch.arange(len(rows))))["z"])
     assert z_chunks == pytest.approx(z_one, rel=1e-6)
     assert z_steps > 2.0 * z_one  # sqrt(5) = 2.24 times, with the spread of the copies
 
@@ -264,15 +261,15 @@ def test_accumulated_evidence_grows_significance_across_batches():
     """Weak but real information: one batch is not enough for full trust, ten are."""
     # Little information (h = 0.4 against pi = 1/3), and a classifier that learned 15%
     # of the way to it.
-    actions, pi, q, mask = _classifier_batch("exact", n_chunks=4000, seed=5, peak=0.4)
+    actions, pi, q, _ = _classifier_batch("exact", n_chunks=4000, seed=5, peak=0.4)
     weak = pi + 0.15 * (q - pi)
     rng = np.random.default_rng(6)
     state = torch.zeros(4, dtype=F64)
     single, accumulated, scales = [], [], []
     for _ in range(40):  # batches of 40 chunks
-        perm = torch.as_tensor(rng.permutation(len(actions) // 6))
-        rows = (perm[:40].unsqueeze(-1) * 6 + torch.arange(6)).flatten()
-        ev = C.calibration_evidence(actions[rows], pi[rows], weak[rows], mask[rows])
+        perm = torch.as_tensor(rng.permutation(len(actions) // 5))
+        rows = (perm[:40].unsqueeze(-1) * 5 + torch.arange(5)).flatten()
+        ev = C.calibration_evidence(actions[rows], pi[rows], weak[rows], torch.arange(40).repeat_interleave(5))
         single.append(float(C.evidence_trust(ev)["trust"]))
         state = C.accumulate_evidence(state, ev, 0.95)
         out = C.evidence_trust(state)
@@ -311,17 +308,17 @@ def test_a_noisy_classifier_is_handed_back_to_a2c():
     """Real but mostly-noise deviations: many chunks make z large, the calibration scale
     is small, and the scale goes into the trust: the gradient stays mostly A2C's rather
     than a small multiple of the classifier's."""
-    actions, pi, q, mask = _classifier_batch("exact", n_chunks=2000, seed=11, peak=0.6)
+    actions, pi, q, chunks = _classifier_batch("exact", n_chunks=2000, seed=11, peak=0.6)
     rng = np.random.default_rng(12)
     noisy = torch.softmax(torch.log(q) + torch.as_tensor(rng.normal(0, 1.0, q.shape)), -1)
-    ev = C.calibration_evidence(actions, pi, noisy, mask)
+    ev = C.calibration_evidence(actions, pi, noisy, chunks)
     out = C.evidence_trust(ev)
     raw = float(ev[1] / ev[3])
     assert float(out["z"]) > 4 and raw < 0.5  # significant, and mostly noise
     assert float(out["trust"]) == pytest.approx(raw, rel=1e-5) and float(out["scale"]) == 1.0
     # A calibrated classifier keeps full trust, and a scale of about 1 (never below).
-    actions, pi, q, mask = _classifier_batch("exact", n_chunks=400, seed=13)
-    ev = C.calibration_evidence(actions, pi, q, mask)
+    actions, pi, q, chunks = _classifier_batch("exact", n_chunks=400, seed=13)
+    ev = C.calibration_evidence(actions, pi, q, chunks)
     out = C.evidence_trust(ev)
     assert float(out["trust"]) == 1.0
     assert float(out["scale"]) == pytest.approx(max(1.0, float(ev[1] / ev[3])), rel=1e-5)

@@ -17,7 +17,7 @@ from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.evaluation.postprocessing import Postprocessing
 
 from hca_rllib import A2CConfig, HCAConfig, credit
-from hca_rllib.connectors import BOOTSTRAP_VALUES, DEFAULT_LEARNER_PATH, LEARNER_PATHS
+from hca_rllib.connectors import BOOTSTRAP_VALUES, DEFAULT_LEARNER_PATH, LEARNER_PATHS, credit_steps
 from hca_rllib.paths import default_paths
 from hca_rllib.learner import all_finite
 from hca_rllib.module import CREDIT_WEIGHTS, RETURNS
@@ -254,10 +254,12 @@ def test_bootstrap_values_are_the_values_after_each_cut():
 
 
 def test_lean_layout_returns_match_the_padded_layout():
+    """The same steps in both layouts give the same `credit` inputs (`credit_steps`), so
+    the same returns, GAE and chunks."""
     rng = np.random.default_rng(0)
     lengths, terminated = [4, 1, 6, 3], [True, False, False, True]
     rewards, values, boot, flags = [], [], [], []
-    padded = {"r": [], "v": [], "term": [], "trunc": []}
+    padded = {"r": [], "v": [], "term": [], "trunc": [], "mask": []}
     for length, term in zip(lengths, terminated):
         r, v, b = rng.normal(size=length), rng.normal(size=length), rng.normal()
         rewards += list(r)
@@ -268,19 +270,24 @@ def test_lean_layout_returns_match_the_padded_layout():
         padded["v"] += list(v) + [b]
         padded["term"] += [False] * (length - 1) + [term, False]
         padded["trunc"] += [False] * (length - 1) + [not term, False]
+        padded["mask"] += [True] * length + [False]
     t = lambda x, dtype=torch.float32: torch.tensor(x, dtype=dtype)  # noqa: E731
-    term, trunc = t([f[0] for f in flags], torch.bool), t([f[1] for f in flags], torch.bool)
-    nv = credit.next_values(t(values), t(boot), term, trunc)
-    real = ~t([True if i in np.cumsum([x + 1 for x in lengths]) - 1 else False
-               for i in range(len(padded["r"]))], torch.bool)
-    z = credit.returns_from_next_values(t(rewards), nv, term, trunc, 0.9)
-    gae = credit.gae_from_next_values(t(rewards), t(values), nv, term, trunc, 0.9, 0.7)
-    pr, pv = t(padded["r"]), t(padded["v"])
-    pterm, ptrunc = t(padded["term"], torch.bool), t(padded["trunc"], torch.bool)
-    torch.testing.assert_close(z, credit.discounted_returns(pr, pv, pterm, ptrunc, 0.9)[real])
-    torch.testing.assert_close(gae, credit.gae_advantages(pr, pv, pterm, ptrunc, 0.9, 0.7)[real])
-    torch.testing.assert_close(credit.chunk_ids_from_ends(term, trunc),
-                               credit.chunk_ids(real)[real])
+    lean = {Columns.REWARDS: t(rewards), Columns.TERMINATEDS: t([f[0] for f in flags], torch.bool),
+            Columns.TRUNCATEDS: t([f[1] for f in flags], torch.bool), BOOTSTRAP_VALUES: t(boot)}
+    rllib = {Columns.REWARDS: t(padded["r"]), Columns.TERMINATEDS: t(padded["term"], torch.bool),
+             Columns.TRUNCATEDS: t(padded["trunc"], torch.bool), Columns.LOSS_MASK: t(padded["mask"], torch.bool)}
+    a, b = credit_steps(lean, t(values)), credit_steps(rllib, t(padded["v"]))
+    assert a.rows is None and torch.equal(b.rows, torch.nonzero(t(padded["mask"], torch.bool)).squeeze(-1))
+    for name in ("rewards", "values", "terminateds", "truncateds"):
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
+    # V(s_{t+1}) after a terminal step (not read): 0 on the lean layout, the artificial row's on RLlib's.
+    live = ~a.terminateds
+    assert torch.equal(a.next_values[live], b.next_values[live])
+    for x, y in ((credit.discounted_returns(a.rewards, a.next_values, a.terminateds, a.truncateds, 0.9),
+                  credit.discounted_returns(b.rewards, b.next_values, b.terminateds, b.truncateds, 0.9)),
+                 (credit.gae_advantages(*a[:5], 0.9, 0.7), credit.gae_advantages(*b[:5], 0.9, 0.7)),
+                 (credit.chunk_ids(a.terminateds, a.truncateds), credit.chunk_ids(b.terminateds, b.truncateds))):
+        torch.testing.assert_close(x, y)
 
 
 def test_learner_path_is_validated_and_defaults_to_auto():
