@@ -73,10 +73,12 @@ FLOOR_SEEDS = (0, 1)
 DELAYED_LENGTH = 8
 DELAYED_PAIRS_PER_EPISODE = DELAYED_LENGTH + DELAYED_LENGTH * (DELAYED_LENGTH + 1) // 2  # start's + the chain's
 HELD_OUT = 0.3
-# Fit variants for a sensitivity check of chosen readings (`--variant`): the default fit
-# (`hca_rllib.probe.settings.FIT`: Adam 1e-3, patience 4) and a gentler one, so that an
-# outcome that reads 0 because its fit stopped at h = pi gets a second chance.
-VARIANTS = {"default": {}, "gentle": {"lr": 3e-4, "patience": 8}}
+# Variants of chosen readings (`--variant`), stored apart: a gentler fit than the default
+# (`hca_rllib.probe.settings.FIT`: Adam 1e-3, patience 4), so that an outcome that reads 0
+# because its fit stopped at h = pi gets a second chance; and a longer collection.
+# `long`: three times the steps (Atari: the default budget's floor is 0.01 nats per pair; 120k
+# Breakout steps hold 3.4 GB of frames, twice that while they are stacked).
+VARIANTS = {"default": {}, "gentle": {"fit": {"lr": 3e-4, "patience": 8}}, "long": {"steps": 3}}
 # --quick: one task, the uniform policy, a tiny budget; one floor cell.
 QUICK = {"task": "minatar_breakout", "max_steps": 3_000, "fit": {"max_updates": 40},
          "floor": ("bandit", 0.05, 1_000, 0)}
@@ -109,13 +111,14 @@ def run_reading(task: str, policy: str, spec: Dict[str, Any], entry: Dict[str, A
     from hca_rllib.probe import probe
 
     started = time.time()
-    fit = {**spec["fit"], **VARIANTS[variant]}
+    fit = {**spec["fit"], **VARIANTS[variant].get("fit", {})}
+    max_steps = spec["max_steps"] * VARIANTS[variant].get("steps", 1)
     result = probe(spec["env"] if entry["checkpoint"] is None else None, checkpoint=entry["checkpoint"],
-                   outcome="reward", window=WINDOW, episodes=MAX_EPISODES, max_steps=spec["max_steps"],
+                   outcome="reward", window=WINDOW, episodes=MAX_EPISODES, max_steps=max_steps,
                    fit=fit or None, seed=SEED, torch_threads=torch_threads,
                    progress=lambda m: print(f"[{task} {policy}] {m}", flush=True))
     cell = {"task": task, "policy": policy, "env": spec["env"], "policy_entry": entry, "variant": variant,
-            "budget": {"max_steps": spec["max_steps"], "window": WINDOW, "fit": fit},
+            "budget": {"max_steps": max_steps, "window": WINDOW, "fit": fit},
             "probe": compact(result), "wall_s": time.time() - started}
     return cell
 
@@ -346,12 +349,17 @@ def markdown(summary: Dict[str, Any]) -> str:
     lines += table_lines(summary["rows"])
     lines += ["", "![information against A2C's training steps](information_by_steps.png)", "",
               "Commands:", ""] + [f"- `{c}`" for c in summary["commands"]]
-    if summary.get("gentle_rows"):
-        lines += ["", "## Fit sensitivity: the same readings with a gentler fit", "",
-                  f"Both classifiers fitted with {VARIANTS['gentle']} over the default fit (same data, split and "
-                  "seed), for the readings where one outcome read 0 by construction or the verdict turned on the "
-                  "return's zero.", ""] + table_lines(summary["gentle_rows"])
-        lines += ["", "Commands:", ""] + [f"- `{c}`" for c in summary["gentle_commands"]]
+    titles = {"gentle": ("Fit sensitivity: the same readings with a gentler fit",
+                         f"Both classifiers fitted with {VARIANTS['gentle']['fit']} over the default fit (same data, "
+                         "split and seed), for the readings where one outcome read 0 by construction or the verdict "
+                         "turned on the return's zero."),
+              "long": ("More data: three times the steps",
+                       "The same policies and settings with three times the steps (Atari: the default budget's floor "
+                       "is 0.01 nats per pair).")}
+    for name, variant in summary.get("variants", {}).items():
+        title, text = titles[name]
+        lines += ["", f"## {title}", "", text, ""] + table_lines(variant["rows"])
+        lines += ["", "Commands:", ""] + [f"- `{c}`" for c in variant["commands"]]
     if summary["floor"]:
         lines += floor_lines(summary["floor"])
     return "\n".join(lines) + "\n"
@@ -391,10 +399,13 @@ def plot(rows: List[Dict[str, Any]], path: Path) -> None:
 def summarise(out: Path) -> Dict[str, Any]:
     table = floor_table(out)
     rows = summary_rows(out, table) if (out / "readings").exists() else []
-    gentle = summary_rows(out, table, "readings_gentle") if (out / "readings_gentle").exists() else []
+    variants = {}
+    for name in VARIANTS:
+        if name != "default" and (out / f"readings_{name}").exists():
+            vrows = summary_rows(out, table, f"readings_{name}")
+            variants[name] = {"rows": vrows, "commands": sorted({r["command"] for r in vrows if r.get("command")})}
     summary = {"window": WINDOW, "rows": rows, "floor": table,
-               "commands": sorted({r["command"] for r in rows if r.get("command")}),
-               "gentle_rows": gentle, "gentle_commands": sorted({r["command"] for r in gentle if r.get("command")})}
+               "commands": sorted({r["command"] for r in rows if r.get("command")}), "variants": variants}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     (out / "summary.md").write_text(markdown(summary))
     if rows:
@@ -449,8 +460,8 @@ def main(argv=None) -> int:
                         help="uniform and/or marks (env steps, e.g. 50000); default: all available")
     parser.add_argument("--floor", action="store_true", help="measure the detection floor instead")
     parser.add_argument("--variant", choices=list(VARIANTS), default="default",
-                        help="the classifiers' fit: default (Adam 1e-3, patience 4) or gentle (3e-4, patience 8), "
-                             "stored apart under readings_gentle/ (a sensitivity check)")
+                        help="default; gentle: the classifiers fitted with Adam 3e-4, patience 8 (default 1e-3, 4); "
+                             "long: three times the steps; a variant is stored apart, under readings_<variant>/")
     args = parser.parse_args(argv)
     check_out(parser, args, default_out=DEFAULT_OUT, results_root=RESULTS, quick_prefix="hca_outcome_probe_quick_")
     unknown = [t for t in args.tasks or [] if t not in TASKS]
