@@ -159,6 +159,8 @@ def _cases():
         "--seed": ["x", "-1", HUGE, ""],
         "--set-env": ["nokey", "=1", "length"],
         "--output": ["a_file", *UNWRITABLE],
+        "--outcome": ["", "returns", "rewards", "x", "1"],
+        "--window": ["0", "-1", "4097", "x", "1.5", "", HUGE],
     }.items():
         for value in values:
             add(_probe(flag, value), flag)
