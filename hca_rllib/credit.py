@@ -19,11 +19,10 @@ A learner connector that keeps RLlib's layout (one artificial step after each ch
 `AddOneTsToEpisodesAndTruncate`) converts it to this one before calling these functions
 (`hca_rllib.connectors`).
 
-The recursions (`discounted_returns`, `gae_advantages`) are short explicit loops over
-the rows in Python floats (IEEE doubles): tensors in, tensors out on the inputs' device.
-At this package's batch sizes (8 x 64 MinAtar steps, 16 x 5 Atari steps) such a loop is
-faster than torch ops on the CPU, whether one vector step per time position across the
-chunks or a numpy loop.
+The recursions (`discounted_returns`, `gae_advantages`) are torch scans on the inputs'
+device: the chunks side by side in a grid, one vector step per time position (a Python
+loop over at most the longest chunk's length), accumulated in float64 in the same order
+of operations as the row-by-row recursion, so the results are the same to the bit.
 """
 
 from __future__ import annotations
@@ -80,6 +79,54 @@ def next_values(values: torch.Tensor, bootstrap_values: torch.Tensor, terminated
     return torch.where(ends, bootstrap_values.to(values.dtype), shifted)
 
 
+def _chunk_grid(ends: torch.Tensor):
+    """Where each row sits in a `[max_len, num_chunks]` grid of the chunks aligned at their
+    last steps (the last position holds every chunk's last step; shorter chunks are
+    padded in front), from `ends` (True on each chunk's last step): the flat grid index
+    of every row, the grid's shape and the row of each chunk's last step."""
+    chunks = torch.cumsum(ends, 0) - ends.long()
+    lengths = torch.bincount(chunks)
+    last_rows = torch.cumsum(lengths, 0) - 1
+    max_len, num_chunks = int(lengths.max()), len(lengths)
+    steps_to_end = last_rows[chunks] - torch.arange(len(chunks), device=chunks.device)
+    return (max_len - 1 - steps_to_end) * num_chunks + chunks, (max_len, num_chunks), last_rows
+
+
+def _backward_scans(terms, decays, ends: torch.Tensor):
+    """For each `(x, last)` of `terms` and its `decay`: `y_t = x_t + decay * y_{t+1}`
+    inside each chunk, `y_t = last_t` on its last step (float64, in this order of
+    operations). The chunks side by side in a grid: one vector step per time position,
+    across all chunks and terms at once. Returns one `y` per term."""
+    x = torch.stack([term[0] for term in terms])
+    if x.shape[-1] == 0:
+        return x.unbind(0)
+    index, (max_len, num_chunks), last_rows = _chunk_grid(ends)
+    grid = x.new_zeros(len(terms), max_len * num_chunks).index_copy_(1, index, x).view(len(terms), max_len, -1)
+    grid[:, -1] = torch.stack([term[1] for term in terms])[:, last_rows]
+    decay = x.new_tensor(decays).unsqueeze(-1)
+    positions = grid.unbind(1)
+    for t in range(max_len - 2, -1, -1):
+        positions[t].add_(positions[t + 1] * decay)  # x_t + decay * y_{t+1}
+    return grid.view(len(terms), -1)[:, index].unbind(0)
+
+
+def _returns_terms(r, nv, term, trunc, gamma: float):
+    """`(x, last)` of the returns: `Z_t = r_t + gamma Z_{t+1}`; on a chunk's last step
+    `r_t` (terminal), `r_t + gamma V(s_{t+1})` (truncated), `r_t + gamma 0` (neither: the
+    batch's last row)."""
+    return r, torch.where(term, r, r + gamma * torch.where(trunc, nv, 0.0))
+
+
+def _gae_terms(r, v, nv, term, gamma: float):
+    """`(x, last)` of GAE: `delta_t`, and `delta_t + 0` on a chunk's last step."""
+    deltas = r + gamma * (~term).to(torch.float64) * nv - v
+    return deltas, deltas + 0.0
+
+
+def _float64(*tensors):
+    return [t.to(torch.float64) for t in tensors]
+
+
 def _out_dtype(*tensors: torch.Tensor) -> torch.dtype:
     dtype = tensors[0].dtype
     for t in tensors[1:]:
@@ -94,20 +141,12 @@ def discounted_returns(rewards: torch.Tensor, next_values: torch.Tensor, termina
     `Z_t = r_t + gamma * Z_{t+1}` inside a chunk; `Z_t = r_t + gamma * V(s_{t+1})`
     on a truncated last step; `Z_t = r_t` on a terminal last step. Pass
     `next_values` of zeros for pure Monte Carlo returns (no bootstrap). Accumulated in
-    float64 (Python floats), returned in the inputs' floating dtype, on their device.
+    float64, returned in the inputs' floating dtype, on their device.
     """
-    r, nv, term, trunc = rewards.tolist(), next_values.tolist(), terminateds.tolist(), truncateds.tolist()
-    out = [0.0] * len(r)
-    running = 0.0
-    for t in range(len(r) - 1, -1, -1):
-        if term[t]:
-            running = r[t]
-        elif trunc[t]:
-            running = r[t] + gamma * nv[t]
-        else:
-            running = r[t] + gamma * running
-        out[t] = running
-    return torch.tensor(out, dtype=_out_dtype(rewards, next_values), device=rewards.device)
+    term, trunc = terminateds.bool(), truncateds.bool()
+    (returns,) = _backward_scans([_returns_terms(*_float64(rewards, next_values), term, trunc, gamma)],
+                                 [gamma], term | trunc)
+    return returns.to(_out_dtype(rewards, next_values))
 
 
 def gae_advantages(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor,
@@ -117,19 +156,13 @@ def gae_advantages(rewards: torch.Tensor, values: torch.Tensor, next_values: tor
 
     `delta_t = r_t + gamma * (1 - terminated_t) * V(s_{t+1}) - V(s_t)` and
     `A_t = delta_t + gamma * lambda * A_{t+1}` within a chunk. With `lambda_ = 1`
-    this is the n-step A2C advantage `Z_t - V(s_t)`. Accumulated in float64 (Python
-    floats), returned in the inputs' floating dtype, on their device.
+    this is the n-step A2C advantage `Z_t - V(s_t)`. Accumulated in float64, returned
+    in the inputs' floating dtype, on their device.
     """
-    r, v, nv = rewards.tolist(), values.tolist(), next_values.tolist()
-    term, trunc = terminateds.tolist(), truncateds.tolist()
-    decay = gamma * lambda_
-    out = [0.0] * len(r)
-    running = 0.0
-    for t in range(len(r) - 1, -1, -1):
-        delta = r[t] + gamma * (0.0 if term[t] else 1.0) * nv[t] - v[t]
-        running = delta + (0.0 if term[t] or trunc[t] else decay * running)
-        out[t] = running
-    return torch.tensor(out, dtype=_out_dtype(rewards, values, next_values), device=rewards.device)
+    term, trunc = terminateds.bool(), truncateds.bool()
+    (gae,) = _backward_scans([_gae_terms(*_float64(rewards, values, next_values), term, gamma)],
+                             [gamma * lambda_], term | trunc)
+    return gae.to(_out_dtype(rewards, values, next_values))
 
 
 def hindsight_ratio(log_pi_taken: torch.Tensor, log_q_taken: torch.Tensor) -> torch.Tensor:
