@@ -238,15 +238,17 @@ def floor_at(table: Dict[str, Any], family: str, pairs: int) -> Optional[Dict[st
 
 
 def verdict(reward: Optional[Dict[str, Any]], ret: Dict[str, Any], floor: Optional[float]) -> str:
-    """Yes: the reward outcome's per-pair Bonferroni CI excludes 0, its estimate is at or
-    above the floor, and the return's per-decision Bonferroni CI reaches 0."""
+    """Yes: the reward outcome's per-pair Bonferroni CI excludes 0 (from a fitted
+    classifier), its estimate is at or above the floor, and the return's per-decision
+    Bonferroni CI reaches 0 (or its classifier never beat h = pi)."""
     if reward is None:
         return "no (no reward events)"
     if floor is None:
         return "n/a (floor not measured)"
-    reward_on = reward["per_pair"]["ci_bonferroni"][0] > 0.0
+    # A classifier that never beat h = pi reads 0 by construction: not a detection.
+    reward_on = reward["per_pair"]["ci_bonferroni"][0] > 0.0 and reward["fit"]["improved"]
     above = reward["per_pair"]["information"] >= floor
-    return_on = ret["per_decision"]["ci_bonferroni"][0] > 0.0
+    return_on = ret["per_decision"]["ci_bonferroni"][0] > 0.0 and ret["fit"]["improved"]
     if reward_on and above and not return_on:
         return "yes"
     if not reward_on:

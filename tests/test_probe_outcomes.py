@@ -14,7 +14,9 @@ import pytest
 from hca_rllib import stats
 from hca_rllib.probe import ProbeError, ProbeSettings, probe, write_probe_report
 from hca_rllib.probe.information import cluster_ratio_ci
-from hca_rllib.probe.outcomes import outcome_features, pair_weights, reward_pairs, standardiser
+from hca_rllib.probe.outcomes import (OutcomeRows, build_outcome_classifier, outcome_features, pair_weights,
+                                      reward_pairs, standardiser)
+from hca_rllib.probe.reading import reward_reading
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from credit_analysis import binary_shift_information, decision_information  # noqa: E402
@@ -90,6 +92,34 @@ def test_ratio_bootstrap_is_the_cluster_mean_bootstrap_with_unit_weights():
     both = cluster_ratio_ci(values * w, w, ids, levels=(0.95, 0.975))
     assert both["information"] == pytest.approx((values * w).sum() / w.sum())
     assert both["ci_0.975"][0] <= both["ci_0.95"][0] <= both["ci_0.95"][1] <= both["ci_0.975"][1]
+
+
+def test_an_unfitted_classifier_reads_exactly_zero():
+    """h == pi before the fit (f's last layer at 0): every pointwise value is exactly 0, not
+    float noise that a CI could read as a detection."""
+    import gymnasium
+
+    rng = np.random.default_rng(0)
+    log_pi = np.log(rng.dirichlet(np.ones(3), size=50))
+    data = {"obs": rng.random((50, 4)).astype(np.float32), "log_pi": log_pi,
+            "actions": rng.integers(0, 3, size=50)}
+    classifier = build_outcome_classifier(gymnasium.spaces.Box(0.0, 1.0, (4,), np.float32),
+                                          gymnasium.spaces.Discrete(3), {}, 2)
+    rows = OutcomeRows(data, np.arange(50), rng.normal(size=(50, 2)).astype(np.float32))
+    assert (rows.pointwise(classifier, np.arange(50)) == 0.0).all()
+
+
+def test_a_classifier_that_never_beat_pi_is_no_detection():
+    figure = {"information": 1e-9, "ci": [1e-10, 2e-9], "ci_bonferroni": [1e-10, 2e-9], "n": 10}
+    result = {"window": 4, "return": {"per_decision": figure, "fit": {"improved": False}},
+              "reward": {"per_pair": figure, "per_decision": figure, "per_pair_delayed": None,
+                         "reward_weighted": figure, "fit": {"improved": False}},
+              "reward_minus_return": figure}
+    r = reward_reading(result)
+    assert not r["reward_detected"] and not r["return_detected"]
+    assert any("0 by construction" in line for line in r["text"])
+    result["reward"]["fit"]["improved"] = True
+    assert reward_reading(result)["reward_detected"]
 
 
 # ------------------------------------------------------------------- closed forms

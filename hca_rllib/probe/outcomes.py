@@ -130,17 +130,20 @@ class OutcomeRows:
         return torch.as_tensor(self.data["actions"][self.decision[rows]])
 
     def pointwise(self, classifier, rows: np.ndarray, batch_size: int = 2048) -> np.ndarray:
-        """`log h(a_t | s_t, u) - log pi(a_t | s_t)` of the taken actions, no gradient."""
+        """`log h(a_t | s_t, u) - log pi(a_t | s_t)` of the taken actions, no gradient. `pi`
+        is read in the classifier's own precision (float32 logits), so that an unfitted
+        classifier (`f == 0`) gives exactly 0, not float noise."""
         import torch
 
         out = []
         with torch.no_grad():
             for start in range(0, len(rows), batch_size):
                 part = rows[start:start + batch_size]
-                log_h = torch.log_softmax(self.logits(classifier, part).double(), -1)
-                taken = log_h.gather(-1, self.actions(part).unsqueeze(-1)).squeeze(-1).numpy()
-                d = self.decision[part]
-                out.append(taken - self.data["log_pi"][d, self.data["actions"][d]])
+                actions = self.actions(part).unsqueeze(-1)
+                log_h = torch.log_softmax(self.logits(classifier, part).double(), -1).gather(-1, actions)
+                prior = torch.as_tensor(self.data["log_pi"][self.decision[part]]).float().double()
+                log_pi = torch.log_softmax(prior, -1).gather(-1, actions)
+                out.append((log_h - log_pi).squeeze(-1).numpy())
         return np.concatenate(out) if out else np.zeros(0)
 
 

@@ -59,11 +59,30 @@ def _sample_actions(log_pi: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return (rng.random((len(log_pi), 1)) > cumulative).sum(-1).clip(0, probs.shape[-1] - 1)
 
 
-def _as_arrays(done: List[List[tuple]], steps: int) -> Dict[str, Any]:
+class _FrameStore:
+    """The frames of complete episodes, written in order into one array allocated once for
+    the step budget (the OS maps its pages as they are written): the stacked frames are
+    held once, not once per step and again when stacked at the end (an Atari frame stack
+    is 28 KB). An episode's rows keep no frame once it is written."""
+
+    def __init__(self, capacity: int):
+        self.capacity, self.frames, self.size = capacity, None, 0
+
+    def add(self, episode: List[tuple]) -> List[tuple]:
+        if self.frames is None:
+            first = episode[0][0]
+            self.frames = np.empty((self.capacity,) + first.shape, dtype=first.dtype)
+        for j, row in enumerate(episode):
+            self.frames[self.size + j] = row[0]
+        self.size += len(episode)
+        return [(None,) + tuple(row[1:]) for row in episode]
+
+
+def _as_arrays(done: List[List[tuple]], store: _FrameStore, steps: int) -> Dict[str, Any]:
     rows = [row for episode in done for row in episode]
     lengths = [len(episode) for episode in done]
     return {
-        "obs": np.stack([r[0] for r in rows]),
+        "obs": store.frames[:len(rows)],
         "actions": np.array([r[1] for r in rows], dtype=np.int64),
         "rewards": np.array([r[2] for r in rows], dtype=np.float64),
         "log_pi": np.stack([r[3] for r in rows]).astype(np.float64),
@@ -95,6 +114,7 @@ def collect_rollouts(env_id: str, policy, *, env_config: Optional[Dict[str, Any]
         histories.append([obs])
         buffers.append([])
     done: List[List[tuple]] = []
+    store = _FrameStore(int(max_steps) + num_envs)
     steps = 0
     try:
         while len(done) < episodes and steps < max_steps:
@@ -107,7 +127,7 @@ def collect_rollouts(env_id: str, policy, *, env_config: Optional[Dict[str, Any]
                 buffers[i].append((obs_batch[i], action, float(reward), log_pi[i]))
                 steps += 1
                 if terminated or truncated:
-                    done.append(buffers[i])
+                    done.append(store.add(buffers[i]))
                     buffers[i] = []
                     next_obs, _ = env.reset()
                     histories[i] = [next_obs]
@@ -123,7 +143,7 @@ def collect_rollouts(env_id: str, policy, *, env_config: Optional[Dict[str, Any]
     if len(done) < MIN_EPISODES:
         raise ProbeError(f"only {len(done)} complete episode(s) of {env_id!r} in {steps:,} steps; the probe "
                          f"needs at least {MIN_EPISODES}: raise --max-steps")
-    return _as_arrays(done, steps)
+    return _as_arrays(done, store, steps)
 
 
 def split_episodes(episode_ids: np.ndarray, held_out_fraction: float, seed: int):
