@@ -95,10 +95,15 @@ def flatten_observations_if_needed(pipeline, multi_agent: bool = False) -> None:
     pipeline.prepend(FlattenObservations(as_learner_connector=False))
 
 
-def _num_learners() -> int:
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_world_size()
-    return 1
+def is_distributed() -> bool:
+    """Whether this learner is one rank of a torch.distributed process group (RLlib starts
+    one, DDP's, for every `num_learners >= 1`, a group of one rank included)."""
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+
+def num_learner_ranks() -> int:
+    """The learner ranks this learner reduces over: the process group's size, 1 without one."""
+    return torch.distributed.get_world_size() if is_distributed() else 1
 
 
 def _sum_over_learners(values: torch.Tensor) -> torch.Tensor:
@@ -220,10 +225,9 @@ class ComputeReturnsAndAdvantages(_CreditPiece):
         config = self.config
         mask = b[Columns.LOSS_MASK].bool()
         steps = credit_steps(b, values)
-        returns = credit.discounted_returns(steps.rewards, steps.next_values, steps.terminateds,
-                                            steps.truncateds, config.gamma)
-        gae = credit.gae_advantages(steps.rewards, steps.values, steps.next_values, steps.terminateds,
-                                    steps.truncateds, config.gamma, config.lambda_)
+        chunks = credit.chunk_ids(steps.terminateds, steps.truncateds)
+        returns, gae = credit.returns_and_gae(steps.rewards, steps.values, steps.next_values, steps.terminateds,
+                                              steps.truncateds, config.gamma, config.lambda_, chunks=chunks)
         if steps.rows is not None:  # back onto RLlib's rows, 0 on the artificial ones
             returns, gae = (values.new_zeros(len(mask)).index_copy_(0, steps.rows, x) for x in (returns, gae))
         b[Postprocessing.VALUE_TARGETS] = gae + values
@@ -231,7 +235,7 @@ class ComputeReturnsAndAdvantages(_CreditPiece):
         return CreditState(
             mask=mask, actions=b[Columns.ACTIONS].long(), policy_logits=logits,
             log_pi_all=torch.log_softmax(logits, dim=-1), values=values, returns=returns, gae=gae,
-            policy_latent=latent, chunks=credit.chunk_ids(steps.terminateds, steps.truncateds),
+            policy_latent=latent, chunks=chunks,
             all_real=bool(mask.all()),
         )
 
@@ -307,7 +311,7 @@ class ComputeHindsightLogProbs(_CreditPiece):
         the update everywhere."""
         real = real_returns.double()
         finite = bool(torch.isfinite(real).all() and torch.isfinite(real_values).all())
-        if _num_learners() == 1:
+        if num_learner_ranks() == 1:
             if finite:
                 module.update_return_statistics(real)
             return finite
@@ -375,17 +379,16 @@ class ComputeCreditWeights(_CreditPiece):
         })
         return trust["trust"], (trust["scale"] if self.config.credit == "expected_hca" else 1.0)
 
-    def _update_evidence(self, module, evidence, finite: bool):
+    def _update_evidence(self, module, evidence, finite: bool) -> None:
         """Fold this batch's evidence (summed over learner ranks) into the accumulated
         evidence; a non-finite batch on any rank leaves it unchanged."""
-        if _num_learners() > 1:
+        if num_learner_ranks() > 1:
             flags = evidence.new_tensor([float(finite), 1.0])
             flat = evidence if finite else torch.zeros_like(evidence)
             shared = _sum_over_learners(torch.cat([flat, flags]))
             evidence, finite = shared[:-2], bool(shared[-2] == shared[-1])
-        if not finite or not bool(torch.isfinite(evidence).all()):
-            return module.trust_evidence[0].clone().double()
-        return module.update_trust_evidence(evidence)
+        if finite and bool(torch.isfinite(evidence).all()):
+            module.update_trust_evidence(evidence)
 
     def _diagnostics(self, s: CreditState) -> Dict[str, Any]:
         """Method note, section 4, measured on this (held-out) batch."""

@@ -19,10 +19,11 @@ A learner connector that keeps RLlib's layout (one artificial step after each ch
 `AddOneTsToEpisodesAndTruncate`) converts it to this one before calling these functions
 (`hca_rllib.connectors`).
 
-The recursions (`discounted_returns`, `gae_advantages`) are torch scans on the inputs'
-device: the chunks side by side in a grid, one vector step per time position (a Python
-loop over at most the longest chunk's length), accumulated in float64 in the same order
-of operations as the row-by-row recursion, so the results are the same to the bit.
+The recursions (`discounted_returns`, `gae_advantages`, both at once: `returns_and_gae`)
+are torch scans on the inputs' device: the chunks side by side in a grid, one vector step
+per time position (a Python loop over at most the longest chunk's length), accumulated in
+float64 in the same order of operations as the row-by-row recursion, so the results are
+the same to the bit.
 """
 
 from __future__ import annotations
@@ -79,12 +80,11 @@ def next_values(values: torch.Tensor, bootstrap_values: torch.Tensor, terminated
     return torch.where(ends, bootstrap_values.to(values.dtype), shifted)
 
 
-def _chunk_grid(ends: torch.Tensor):
+def _chunk_grid(chunks: torch.Tensor):
     """Where each row sits in a `[max_len, num_chunks]` grid of the chunks aligned at their
     last steps (the last position holds every chunk's last step; shorter chunks are
-    padded in front), from `ends` (True on each chunk's last step): the flat grid index
-    of every row, the grid's shape and the row of each chunk's last step."""
-    chunks = torch.cumsum(ends, 0) - ends.long()
+    padded in front), from `chunks` (the chunk of every row: `chunk_ids`): the flat grid
+    index of every row, the grid's shape and the row of each chunk's last step."""
     lengths = torch.bincount(chunks)
     last_rows = torch.cumsum(lengths, 0) - 1
     max_len, num_chunks = int(lengths.max()), len(lengths)
@@ -92,15 +92,16 @@ def _chunk_grid(ends: torch.Tensor):
     return (max_len - 1 - steps_to_end) * num_chunks + chunks, (max_len, num_chunks), last_rows
 
 
-def _backward_scans(terms, decays, ends: torch.Tensor):
+def _backward_scans(terms, decays, chunks: torch.Tensor):
     """For each `(x, last)` of `terms` and its `decay`: `y_t = x_t + decay * y_{t+1}`
-    inside each chunk, `y_t = last_t` on its last step (float64, in this order of
-    operations). The chunks side by side in a grid: one vector step per time position,
-    across all chunks and terms at once. Returns one `y` per term."""
+    inside each chunk (`chunks`: `chunk_ids`), `y_t = last_t` on its last step (float64,
+    in this order of operations). The chunks side by side in a grid: one vector step per
+    time position, across all chunks and terms at once (each term's values are those it
+    gets alone). Returns one `y` per term."""
     x = torch.stack([term[0] for term in terms])
     if x.shape[-1] == 0:
         return x.unbind(0)
-    index, (max_len, num_chunks), last_rows = _chunk_grid(ends)
+    index, (max_len, num_chunks), last_rows = _chunk_grid(chunks)
     grid = x.new_zeros(len(terms), max_len * num_chunks).index_copy_(1, index, x).view(len(terms), max_len, -1)
     grid[:, -1] = torch.stack([term[1] for term in terms])[:, last_rows]
     decay = x.new_tensor(decays).unsqueeze(-1)
@@ -145,7 +146,7 @@ def discounted_returns(rewards: torch.Tensor, next_values: torch.Tensor, termina
     """
     term, trunc = terminateds.bool(), truncateds.bool()
     (returns,) = _backward_scans([_returns_terms(*_float64(rewards, next_values), term, trunc, gamma)],
-                                 [gamma], term | trunc)
+                                 [gamma], chunk_ids(term, trunc))
     return returns.to(_out_dtype(rewards, next_values))
 
 
@@ -161,8 +162,22 @@ def gae_advantages(rewards: torch.Tensor, values: torch.Tensor, next_values: tor
     """
     term, trunc = terminateds.bool(), truncateds.bool()
     (gae,) = _backward_scans([_gae_terms(*_float64(rewards, values, next_values), term, gamma)],
-                             [gamma * lambda_], term | trunc)
+                             [gamma * lambda_], chunk_ids(term, trunc))
     return gae.to(_out_dtype(rewards, values, next_values))
+
+
+def returns_and_gae(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor,
+                    terminateds: torch.Tensor, truncateds: torch.Tensor, gamma: float, lambda_: float,
+                    *, chunks: Optional[torch.Tensor] = None):
+    """`(discounted_returns(...), gae_advantages(...))` of the same steps, bitwise the same
+    as the two calls, in one scan (one chunk grid, one loop over the time positions).
+    `chunks`: `chunk_ids(terminateds, truncateds)` where the caller has them already."""
+    term, trunc = terminateds.bool(), truncateds.bool()
+    r, v, nv = _float64(rewards, values, next_values)
+    returns, gae = _backward_scans(
+        [_returns_terms(r, nv, term, trunc, gamma), _gae_terms(r, v, nv, term, gamma)],
+        [gamma, gamma * lambda_], chunk_ids(term, trunc) if chunks is None else chunks)
+    return returns.to(_out_dtype(rewards, next_values)), gae.to(_out_dtype(rewards, values, next_values))
 
 
 def hindsight_ratio(log_pi_taken: torch.Tensor, log_q_taken: torch.Tensor) -> torch.Tensor:
@@ -217,10 +232,11 @@ def calibration_evidence(
     sum d` estimates `1 / alpha` (`evidence_trust`'s scale); `x_t` has mean 0 when
     the deviation is unrelated to the action (noise), and is negative when it points
     the wrong way. The steps of one episode chunk are one unit: `x` and `d` are summed
-    per chunk (`chunks`, the chunk of every step: `chunk_ids`).
+    per chunk (`chunks`, the chunk of every step, as `chunk_ids` numbers them: from 0,
+    each id up to the largest holding at least one step).
 
-    Returns `[n, sum_c x_c, sum_c x_c^2, sum_c d_c]` over the chunks with at least one
-    step: float64 of shape `[4]`.
+    Returns `[n, sum_c x_c, sum_c x_c^2, sum_c d_c]` over the `n` chunks: float64 of
+    shape `[4]`.
     """
     deviation = (q_probs - pi_probs).to(torch.float64)
     taken = deviation.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
@@ -229,11 +245,10 @@ def calibration_evidence(
     num_chunks = int(chunks.max()) + 1 if chunks.numel() else 0
     zeros = lambda size: torch.zeros(size, dtype=torch.float64, device=x.device)  # noqa: E731
     per_x, per_d = zeros(num_chunks).index_add_(0, chunks, x), zeros(num_chunks).index_add_(0, chunks, d)
-    real = (zeros(num_chunks).index_add_(0, chunks, torch.ones_like(x)) > 0).to(torch.float64)
     # Summed chunk by chunk, in order (index_add_ into one slot).
     first = torch.zeros(num_chunks, dtype=torch.long, device=x.device)
-    return torch.cat([zeros(1).index_add_(0, first, total)
-                      for total in (real, per_x * real, per_x * per_x * real, per_d * real)])
+    return torch.cat([zeros(1) + num_chunks] + [zeros(1).index_add_(0, first, total)
+                                                for total in (per_x, per_x * per_x, per_d)])
 
 
 def accumulate_evidence(state: torch.Tensor, batch_evidence: torch.Tensor,

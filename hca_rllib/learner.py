@@ -44,7 +44,7 @@ from ray.rllib.utils.metrics import ALL_MODULES
 from ray.rllib.utils.typing import ModuleID, ParamDict, TensorType
 
 from hca_rllib import credit
-from hca_rllib.connectors import CreditState, credit_pieces
+from hca_rllib.connectors import CreditState, credit_pieces, is_distributed, num_learner_ranks
 from hca_rllib.module import CREDIT_WEIGHTS, HINDSIGHT_LOGITS, RETURNS
 
 logger = logging.getLogger(__name__)
@@ -74,15 +74,14 @@ def all_finite(tensors) -> bool:
 
 def hindsight_loss(hindsight_logits, actions, mask) -> torch.Tensor:
     """The classifier's cross-entropy `-mean_t log q(a_t | s_t, Z_t)` over the real steps
-    (`actions` of shape [B, 1])."""
-    log_q = torch.log_softmax(hindsight_logits, dim=-1).gather(-1, actions).squeeze(-1)
-    return -_masked_mean(log_q, mask)
+    (`actions` of shape [B, 1]): `pass_loss` for one pass."""
+    return pass_loss(actions, mask)(hindsight_logits)
 
 
 def pass_loss(actions, mask):
-    """`hindsight_loss` as a function of the classifier's logits alone, for passes over
-    the same rows: the real rows are found once (all of them on the lean path: no
-    indexing), and the same ops run on the same values."""
+    """The classifier's cross-entropy (`hindsight_loss`) as a function of its logits alone,
+    for passes over the same rows: the real rows are found once (all of them on the lean
+    path: no indexing)."""
     count = mask.sum().clamp(min=1)
     rows = None if bool(mask.all()) else mask.nonzero().squeeze(-1)
 
@@ -129,8 +128,7 @@ class HCATorchLearner(TorchLearner):
     @override(TorchLearner)
     def _make_batch_if_necessary(self, training_data):
         batch = super()._make_batch_if_necessary(training_data)
-        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
-        if self._lean and training_data.episodes is not None and (distributed or not self._single_pass):
+        if self._lean and training_data.episodes is not None and (is_distributed() or not self._single_pass):
             # The maths needs the credit fixed before several steps (or outside DDP's
             # forward): one no-grad pass over the whole batch, as RLlib's path does.
             for module_id, module_batch in batch.policy_batches.items():
@@ -280,7 +278,7 @@ class HCATorchLearner(TorchLearner):
         behaviour policy's detached `latent` and `logits` there, with the same gradient
         clipping as the main step; a pass whose gradient norm is not finite is not
         applied and ends the passes. Returns the last applied pass's loss (None: none)."""
-        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        distributed = is_distributed()
         module = self.module[module_id].unwrapped()
         mask = batch[Columns.LOSS_MASK].bool()
         actions = batch[Columns.ACTIONS].long().unsqueeze(-1)
@@ -310,7 +308,7 @@ class HCATorchLearner(TorchLearner):
                 # Outside DDP's forward: average the classifier's gradients by hand.
                 for grad in grads:
                     torch.distributed.all_reduce(grad)
-                    grad /= torch.distributed.get_world_size()
+                    grad /= num_learner_ranks()
             # One norm serves the finite check (the norm of gradients with a NaN or
             # inf is not finite) and the clipping.
             if self.config.grad_clip:

@@ -13,14 +13,15 @@ import torch
 
 from ray.rllib.core.columns import Columns
 
-from hca_rllib.learner import HINDSIGHT_OPTIMIZER, HCATorchLearner, hindsight_loss
+from hca_rllib.learner import HINDSIGHT_OPTIMIZER, HCATorchLearner
 from hca_rllib.module import RETURNS
 
 from test_learner_path import MID, build, make_config, make_episodes, module_state
 
 
 def reference_passes(self, module_id, batch, latent, logits):
-    """The extra passes written the plain way (no DDP)."""
+    """The extra passes written the plain way (no DDP), the loss included: the
+    cross-entropy's plain masked mean over the real rows."""
     module = self.module[module_id].unwrapped()
     mask = batch[Columns.LOSS_MASK].bool()
     actions = batch[Columns.ACTIONS].long().unsqueeze(-1)
@@ -31,7 +32,8 @@ def reference_passes(self, module_id, batch, latent, logits):
     for _ in range(self.config.hindsight_epochs):
         optimizer.zero_grad(set_to_none=True)
         hindsight_logits = module.hindsight_logits(obs, latent, logits, returns)
-        loss = hindsight_loss(hindsight_logits, actions, mask)
+        log_q = torch.log_softmax(hindsight_logits, dim=-1).gather(-1, actions).squeeze(-1)
+        loss = -(log_q[mask].sum() / mask.sum().clamp(min=1))
         loss.backward()
         grads = [p.grad for p in params if p.grad is not None]
         if self.config.grad_clip:
@@ -100,3 +102,23 @@ def test_the_reference_differs_when_the_passes_do():
     slow.update(episodes=copy.deepcopy(episodes))
     a, b = module_state(fast), module_state(slow)
     assert not all(torch.equal(a[k], b[k]) for k in a if k.startswith("hindsight"))
+
+
+@pytest.mark.parametrize("all_real", [True, False])
+def test_hindsight_loss_is_the_plain_masked_mean_bitwise(all_real):
+    """The main step's classifier loss (`hindsight_loss`, the passes' `pass_loss`) is the
+    plain masked mean, value and gradient, bitwise: with every row real (lean path) and
+    with artificial rows masked out (RLlib's)."""
+    from hca_rllib.learner import hindsight_loss
+
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(37, 4, generator=g)
+    actions = torch.randint(0, 4, (37, 1), generator=g)
+    mask = torch.ones(37, dtype=torch.bool) if all_real else torch.rand(37, generator=g) > 0.3
+    fast, plain = logits.clone().requires_grad_(), logits.clone().requires_grad_()
+    loss = hindsight_loss(fast, actions, mask)
+    log_q = torch.log_softmax(plain, dim=-1).gather(-1, actions).squeeze(-1)
+    reference = -(log_q[mask].sum() / mask.sum().clamp(min=1))
+    loss.backward()
+    reference.backward()
+    assert torch.equal(loss, reference) and torch.equal(fast.grad, plain.grad)

@@ -289,6 +289,28 @@ def test_returns_and_gae_are_the_float64_loop_bitwise(seed):
     T, Tr = torch.tensor(term), torch.tensor(trunc)
     assert torch.equal(C.discounted_returns(r, nv, T, Tr, gamma), z_ref)
     assert torch.equal(C.gae_advantages(r, v, nv, T, Tr, gamma, lam), a_ref)
+    z, a = C.returns_and_gae(r, v, nv, T, Tr, gamma, lam)
+    assert torch.equal(z, z_ref) and torch.equal(a, a_ref)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("dtypes", [(torch.float32,) * 3, (torch.float64,) * 3,
+                                    (torch.float32, torch.float64, torch.float32), (torch.float16,) * 3])
+def test_returns_and_gae_in_one_scan_are_the_two_scans_bitwise(seed, dtypes):
+    """`returns_and_gae` (one scan for both) is `discounted_returns` and `gae_advantages`
+    (a scan each), bitwise and in their dtypes, with the chunk ids given or not."""
+    rng = np.random.default_rng(200 + seed)
+    n = int(rng.integers(1, 200))
+    T, Tr = (torch.tensor(x) for x in _random_layout(rng, n))
+    r, v, nv = (torch.tensor(rng.normal(size=n) * 10).to(dtype) for dtype in dtypes)
+    gamma, lam = float(rng.choice([0.9, 0.99])), float(rng.choice([0.0, 0.95, 1.0]))
+    z_ref, a_ref = C.discounted_returns(r, nv, T, Tr, gamma), C.gae_advantages(r, v, nv, T, Tr, gamma, lam)
+    for chunks in (None, C.chunk_ids(T, Tr)):
+        z, a = C.returns_and_gae(r, v, nv, T, Tr, gamma, lam, chunks=chunks)
+        assert z.dtype == z_ref.dtype and a.dtype == a_ref.dtype
+        assert torch.equal(z, z_ref) and torch.equal(a, a_ref)
+    z, a = C.returns_and_gae(r[:0], v[:0], nv[:0], T[:0], Tr[:0], gamma, lam)
+    assert len(z) == len(a) == 0
 
 
 # --------------------------------------------------------------------------------------
