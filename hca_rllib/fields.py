@@ -18,7 +18,9 @@ import numbers
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from hca_rllib.credit import CREDIT_MODES, TRUST_MODES
-from hca_rllib.module import HINDSIGHT_DEFAULTS, HindsightSpec, hindsight_error, upgrade_hindsight_options
+from hca_rllib.module import (HINDSIGHT_DEFAULTS, HindsightSpec, drop_removed, hindsight_error, removed_error,
+                              removed_hindsight_error, removed_value_error, upgrade_hindsight_options)
+from hca_rllib.paths import LEARNER_PATH_CHOICES, SAMPLER_CHOICES
 
 # The fields `HCAConfig.training()` takes on top of RLlib's, with their defaults (what
 # each buys, with the benchmark that shows it: docs/guide.md, "Config reference").
@@ -84,24 +86,18 @@ REMOVED_VALUES: Dict[Tuple[str, Any], str] = {
 }
 
 
-def removed_field_error(field: str, value: Any = None, *, checkpoint: bool = False) -> str:
-    """The one-line error for a removed field (`REMOVED_FIELDS`): given to a setter, or
-    (`checkpoint`) holding `value`, not its default, in a 0.1.0 config."""
-    default, instead = REMOVED_FIELDS[field]
-    if checkpoint:
-        return f"{field}={value!r} was removed in 0.2.0 ({instead}); only its default {default!r} loads"
-    return f"{field} was removed in 0.2.0 ({instead})"
+def removed_field_error(field: str) -> str:
+    """The one-line error for a removed field (`REMOVED_FIELDS`) given to a setter."""
+    return removed_error([field], REMOVED_FIELDS)
 
 
 def refuse_removed(settings: Dict[str, Any]) -> None:
     """ValueError (one line) for the first removed field or `hindsight` option among
     `settings` (a setter's keyword arguments or a config dict)."""
-    for field in settings:
-        if field in REMOVED_FIELDS:
-            raise ValueError(removed_field_error(field))
     hindsight = settings.get("hindsight")
-    error = hindsight_error(hindsight) if isinstance(hindsight, dict) else None
-    if error and "was removed" in error:
+    error = removed_error(settings, REMOVED_FIELDS) or (
+        removed_hindsight_error(hindsight) if isinstance(hindsight, dict) else None)
+    if error:
         raise ValueError(error)
 
 
@@ -109,11 +105,7 @@ def upgrade_state(state: Dict[str, Any]) -> Dict[str, Any]:
     """A config state or dict (a checkpoint's, an old config.json's) without 0.1.0's
     removed fields and `hindsight` options where they hold their defaults; ValueError
     (one line, naming the field) where one holds another value."""
-    state = dict(state)
-    for field, (default, _) in REMOVED_FIELDS.items():
-        if field in state and state[field] != default:
-            raise ValueError(removed_field_error(field, state[field], checkpoint=True))
-        state.pop(field, None)
+    state = drop_removed(state, REMOVED_FIELDS)
     if isinstance(state.get("hindsight"), dict):
         state["hindsight"] = upgrade_hindsight_options(state["hindsight"])
     return state
@@ -227,6 +219,8 @@ CHECKS: Dict[str, Check] = {
     "hindsight_epochs": integer(0),
     "hindsight_lr": number(0, low_open=True, none="the same as lr"),
     "frame_stack": integer(1, MAX_FRAME_STACK, none="the env family's default"),
+    "sampler": one_of(*SAMPLER_CHOICES),
+    "learner_path": one_of(*LEARNER_PATH_CHOICES),
 }
 
 
@@ -235,11 +229,8 @@ def check_error(config, field: str) -> Optional[str]:
     value = getattr(config, field)
     if CHECKS[field].ok(value):
         return None
-    try:
-        removed = REMOVED_VALUES.get((field, value))
-    except TypeError:  # an unhashable value
-        removed = None
-    return removed or f"{field} must be {CHECKS[field].allowed}, got {value!r}"
+    return (removed_value_error(REMOVED_VALUES, field, value)
+            or f"{field} must be {CHECKS[field].allowed}, got {value!r}")
 
 
 def config_errors(config):

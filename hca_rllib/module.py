@@ -83,15 +83,53 @@ REMOVED_HINDSIGHT_OPTIONS: Dict[str, Tuple[Any, str]] = {
     "balanced": (False, "the classifier trains by plain cross-entropy"),
     "balanced_clip": (10.0, "the classifier trains by plain cross-entropy"),
 }
+# Values of kept options that are gone, with what to use instead (`removed_value_error`).
+REMOVED_HINDSIGHT_VALUES: Dict[Tuple[str, Any], str] = {
+    ("return_encoding", "bins"): "hindsight.return_encoding='bins' was removed in 0.2.0: use 'standardize' or 'symlog'",
+}
 
 
-def removed_hindsight_option(option: str, value: Any = None, *, checkpoint: bool = False) -> str:
-    """The one-line error for a removed `hindsight` option (`REMOVED_HINDSIGHT_OPTIONS`)."""
-    default, instead = REMOVED_HINDSIGHT_OPTIONS[option]
-    if checkpoint:
-        return (f"hindsight.{option}={value!r} was removed in 0.2.0 ({instead}); only its default "
-                f"{default!r} loads")
-    return f"hindsight.{option} was removed in 0.2.0 ({instead})"
+# --- what 0.1.0 had and 0.2.0 removed, at both levels: the config's fields
+# (`fields.REMOVED_FIELDS`) and the `hindsight` options (`prefix` "hindsight.") ----------
+
+
+def removed_error(settings, removed: Dict[str, Tuple[Any, str]], prefix: str = "") -> Optional[str]:
+    """The one-line error for the first name in `settings` (names, or a dict of settings)
+    that `removed` (name -> (default, instead)) lists, or None."""
+    for name in settings:
+        if name in removed:
+            return f"{prefix}{name} was removed in 0.2.0 ({removed[name][1]})"
+    return None
+
+
+def drop_removed(settings: Dict[str, Any], removed: Dict[str, Tuple[Any, str]], prefix: str = "") -> Dict[str, Any]:
+    """A copy of a 0.1.0 `settings` dict (a checkpoint's) without the entries `removed`
+    lists where they hold their defaults; ValueError (one line, naming the entry) where
+    one holds another value."""
+    settings = dict(settings)
+    for name, (default, instead) in removed.items():
+        if name in settings and settings[name] != default:
+            raise ValueError(f"{prefix}{name}={settings[name]!r} was removed in 0.2.0 ({instead}); "
+                             f"only its default {default!r} loads")
+        settings.pop(name, None)
+    return settings
+
+
+def removed_value_error(removed: Dict[Tuple[str, Any], str], name: str, value: Any) -> Optional[str]:
+    """What `removed` ((name, value) -> its one-line error) says of `value` of `name`, or
+    None (also for an unhashable value: none is listed)."""
+    try:
+        return removed.get((name, value))
+    except TypeError:
+        return None
+
+
+def removed_hindsight_error(options: Dict[str, Any]) -> Optional[str]:
+    """The one-line error for the first removed option, or else removed value, in a
+    `hindsight` dict, or None."""
+    return removed_error(options, REMOVED_HINDSIGHT_OPTIONS, "hindsight.") or next(
+        filter(None, (removed_value_error(REMOVED_HINDSIGHT_VALUES, option, value)
+                      for option, value in options.items())), None)
 
 
 def hindsight_error(options: Any) -> Optional[str]:
@@ -100,11 +138,9 @@ def hindsight_error(options: Any) -> Optional[str]:
     if not isinstance(options, dict):
         return (f"hindsight must be a dict of options, e.g. {{'torso': 'shared'}}, got {options!r}; "
                 f"allowed options: {sorted(HINDSIGHT_DEFAULTS)}")
-    removed = [option for option in options if option in REMOVED_HINDSIGHT_OPTIONS]
+    removed = removed_hindsight_error(options)
     if removed:
-        return removed_hindsight_option(removed[0])
-    if options.get("return_encoding") == "bins":
-        return "hindsight.return_encoding='bins' was removed in 0.2.0: use 'standardize' or 'symlog'"
+        return removed
     unknown = sorted(set(options) - set(HINDSIGHT_DEFAULTS))
     if unknown:
         return f"hindsight: unknown option(s) {unknown}; allowed: {sorted(HINDSIGHT_DEFAULTS)}"
@@ -121,17 +157,12 @@ def hindsight_error(options: Any) -> Optional[str]:
 def upgrade_hindsight_options(options: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     """A 0.1.0 `hindsight` dict without its removed options where they hold their
     defaults; ValueError (one line, naming the option) where one holds another value."""
-    options = dict(options or {})
-    for option, (default, _) in REMOVED_HINDSIGHT_OPTIONS.items():
-        if option in options and options[option] != default:
-            raise ValueError(removed_hindsight_option(option, options[option], checkpoint=True))
-        options.pop(option, None)
-    return options
+    return drop_removed(options or {}, REMOVED_HINDSIGHT_OPTIONS, "hindsight.")
 
 
 def hindsight_spec(options: Optional[Dict[str, Any]]) -> HindsightSpec:
     """The `HindsightSpec` of a (partial) options dict; ValueError (one line) for a bad
-    one. 0.1.0's options (`REMOVED_HINDSIGHT_DEFAULTS`) are dropped where they hold the
+    one. 0.1.0's options (`REMOVED_HINDSIGHT_OPTIONS`) are dropped where they hold the
     value every 0.1.0 module had, and refused, naming the option, where not."""
     options = upgrade_hindsight_options(options)
     error = hindsight_error(options)
@@ -431,8 +462,7 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
         self.return_encoder.update(returns)
 
     @torch.no_grad()
-    def update_trust_evidence(self, batch_evidence: torch.Tensor) -> torch.Tensor:
+    def update_trust_evidence(self, batch_evidence: torch.Tensor) -> None:
         """Fold this batch's `credit.calibration_evidence` (`[4]`) into the accumulated
-        evidence (`credit.accumulate_evidence`); returns the new value (`[4]`, float64)."""
+        evidence (`credit.accumulate_evidence`)."""
         self.trust_evidence[0].copy_(credit.accumulate_evidence(self.trust_evidence[0], batch_evidence))
-        return self.trust_evidence[0].clone().double()

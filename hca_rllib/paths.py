@@ -18,6 +18,9 @@ from hca_rllib.env_runner import AUTO, DEFAULT_SAMPLER, SAMPLERS, LeanEnvRunner,
 
 PATHS_ENV = "HCA_RLLIB_PATHS"
 PATHS_ENV_VALUES = (AUTO, "lean", "rllib")
+# The values `sampler` and `learner_path` take (checked with the other fields: `fields.CHECKS`).
+SAMPLER_CHOICES = (AUTO, *SAMPLERS)
+LEARNER_PATH_CHOICES = (AUTO, *LEARNER_PATHS)
 
 logger = logging.getLogger(__name__)
 
@@ -34,15 +37,17 @@ def default_paths() -> tuple:
     raise ValueError(f"{PATHS_ENV} must be one of {list(PATHS_ENV_VALUES)}, got {value!r}")
 
 
-def _own_runner(config) -> bool:
-    """Whether the EnvRunner class is the package's to choose (none set by the user)."""
-    return config.env_runner_cls in (None, LeanEnvRunner)
+def _package_picks_runner(config) -> bool:
+    """Whether the EnvRunner class is the package's to choose: none set by the user (or the
+    lean one, which `install_paths` set) and no recording (`output` keeps RLlib's offline
+    runner)."""
+    return config.env_runner_cls in (None, LeanEnvRunner) and not config.output
 
 
 def sampler_blocker(config) -> Optional[str]:
     """Why "auto" takes RLlib's runner for `config` (one phrase), or None. A runner class
     the user set is kept; recording (`output`) keeps RLlib's offline runner."""
-    return lean_sampler_blocker(config) if _own_runner(config) and not config.output else None
+    return lean_sampler_blocker(config) if _package_picks_runner(config) else None
 
 
 def resolved_sampler(config) -> str:
@@ -62,13 +67,9 @@ def resolved_learner_path(config) -> str:
 
 
 def install_paths(config) -> None:
-    """Check `sampler` and `learner_path` (ValueError, one line), log what "auto" chose
-    where it is RLlib's, and install the sampler's EnvRunner class (RLlib's
-    `env_runner_cls` hook)."""
-    if config.sampler not in (AUTO,) + SAMPLERS:
-        raise ValueError(f"sampler must be one of {[AUTO, *SAMPLERS]}, got {config.sampler!r}")
-    if config.learner_path not in (AUTO,) + LEARNER_PATHS:
-        raise ValueError(f"learner_path must be one of {[AUTO, *LEARNER_PATHS]}, got {config.learner_path!r}")
+    """For `sampler` and `learner_path` (values checked: `fields.CHECKS`): refuse "lean"
+    where it cannot run the config (ValueError, one line), log what "auto" chose where it
+    is RLlib's, and install the sampler's EnvRunner class (RLlib's `env_runner_cls` hook)."""
     for field, reason, what in (
             ("sampler", sampler_blocker(config), "RLlib's SingleAgentEnvRunner"),
             ("learner_path", lean_learner_blocker(config), "RLlib's learner connector pieces")):
@@ -78,7 +79,7 @@ def install_paths(config) -> None:
                              f"{field}='auto' (the default) or 'rllib'")
         if value == AUTO and reason:
             _announce(config, field, what, reason)
-    if resolved_sampler(config) == "lean" and not config.output and _own_runner(config):
+    if resolved_sampler(config) == "lean" and _package_picks_runner(config):
         config.env_runner_cls = LeanEnvRunner
     elif config.env_runner_cls is LeanEnvRunner:
         config.env_runner_cls = None

@@ -412,6 +412,42 @@ def test_integer_check_accepts_every_integral_but_bool(value, ok):
         assert error == f"hindsight_epochs must be an integer in [0, 2147483647], got {value!r}"
 
 
+@pytest.mark.parametrize("field", ["sampler", "learner_path"])
+def test_paths_are_checked_in_the_table(field):
+    """`sampler` and `learner_path` are checked with the other fields (`fields.CHECKS`),
+    in one line naming what is allowed; "auto", "lean" and "rllib" pass."""
+    from hca_rllib.fields import CHECKS, check_error
+
+    assert field in CHECKS
+    config = HCAConfig()
+    for value in ("auto", "lean", "rllib"):
+        setattr(config, field, value)
+        assert check_error(config, field) is None
+    for value in ("fast", None, ["lean"]):
+        setattr(config, field, value)
+        assert check_error(config, field) == f"{field} must be one of ['auto', 'lean', 'rllib'], got {value!r}"
+
+
+def test_removed_hindsight_values_and_options_are_refused_before_other_errors():
+    """A removed `hindsight` option, then a removed value ('bins'), is what a setter
+    refuses, ahead of an unknown option in the same dict; a bad value that was never an
+    option's is left to validation."""
+    from hca_rllib.fields import refuse_removed
+    from hca_rllib.module import REMOVED_HINDSIGHT_VALUES, hindsight_error
+
+    assert set(REMOVED_HINDSIGHT_VALUES) == {("return_encoding", "bins")}
+    bins = "hindsight.return_encoding='bins' was removed in 0.2.0: use 'standardize' or 'symlog'"
+    for options, error in (({"return_encoding": "bins", "bogus": 1}, bins),
+                           ({"bogus": 1, "balanced": False, "return_encoding": "bins"},
+                            f"hindsight.balanced was removed in 0.2.0 ({REMOVED_HINDSIGHT_OPTIONS['balanced'][1]})")):
+        assert hindsight_error(options) == error
+        with pytest.raises(ValueError) as raised:
+            refuse_removed({"hindsight": options})
+        assert str(raised.value) == error
+    refuse_removed({"hindsight": {"bogus": 1, "hiddens": [8], "torso": "frozen"}})  # no removed one: no error here
+    refuse_removed({"hindsight": "not a dict"})
+
+
 def test_numpy_integers_configure_the_classifier():
     """One helper checks every count: numpy integers (as from a numpy grid) are counts."""
     config = HCAConfig().environment("CartPole-v1").training(
