@@ -76,8 +76,7 @@ def _held_steps(runner, sampler: str) -> int:
     if sampler == "rllib":
         return int(sum(len(chunk) for chunks in runner._ongoing_episodes_for_metrics.values()
                        for chunk in chunks))
-    carry = (runner._lean or {}).get("carry") or []
-    return int(sum(len(c["actions"]) for c in carry if c is not None))
+    return runner.held_steps()
 
 
 def measure(sampler: str, game: str, num_envs: int, fragment: int, max_episode_frames: int,

@@ -50,7 +50,7 @@ RLlib's deterministic distribution gives).
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -72,15 +72,20 @@ from hca_rllib.lean_sampler import vector_step
 from hca_rllib.lean_sampler.episodes import EpisodeEnd, PreviousChunks, RunningEpisodes
 from hca_rllib.lean_sampler.fragment import Fragment, FragmentBuffers, rows_needed
 from hca_rllib.lean_sampler.observations import LeanObservations
-from hca_rllib.lean_sampler.support import (AUTO, DEFAULT_SAMPLER, PER_STEP_CALLBACKS, SAMPLERS,
-                                            lean_sampler_blocker, unsupported_callbacks, unsupported_pieces)
+from hca_rllib.lean_sampler.support import (AUTO, DEFAULT_SAMPLER, SAMPLERS, lean_sampler_blocker,
+                                            unsupported_pieces)
 from hca_rllib.lean_sampler.vector_step import SYNC_VECTOR_REWARD_DTYPE
 
 __all__ = ["LeanEnvRunner", "PlainLeanEnvRunner", "StockStepLeanEnvRunner", "LeanPolicy", "PreviousChunks",
-           "lean_sampler_blocker", "unsupported_callbacks", "PER_STEP_CALLBACKS", "SAMPLERS", "AUTO",
-           "DEFAULT_SAMPLER", "SYNC_VECTOR_REWARD_DTYPE"]
+           "lean_sampler_blocker", "SAMPLERS", "AUTO", "DEFAULT_SAMPLER"]
 
 logger = logging.getLogger(__name__)
+
+# One vector step of a fragment, of one kind (`LeanEnvRunner._sub_envs_step`,
+# `_vector_env_step`): `step(v, actions)` steps the envs with `actions`, row `v`'s results
+# written into the fragment's buffers, and returns the step's per-env infos as
+# `Fragment.after_step` asks for them (a callable), or ENV_STEP_FAILURE.
+VectorStep = Callable[[int, np.ndarray], Any]
 
 
 class LeanPolicy:
@@ -176,15 +181,14 @@ class LeanEnvRunner(SingleAgentEnvRunner):
         # The lean loop's state across sample() calls; None: the envs need a reset.
         # "obs": the observations the next fragment starts from; "needs_reset": whether
         # each env's next step is its autoreset; "stack": the frame stacks (or None);
-        # "episodes": the running episodes (RunningEpisodes), and "carry" their lookback
-        # steps (`RunningEpisodes.carry`, which benchmarks/env_runner_memory.py counts);
-        # "own_step": whether the sub-envs were stepped by the runner (`vector_step`).
+        # "episodes": the running episodes (RunningEpisodes, with their carried lookback
+        # steps: `held_steps`); "own_step": whether the sub-envs were stepped by the
+        # runner (`vector_step`).
         self._lean: Optional[Dict[str, Any]] = None
         self._buffers: Optional[FragmentBuffers] = None
         # The totals of the episodes completed since get_metrics().
         self._lean_episode_stats: List[EpisodeEnd] = []
-        self._conv_backends = ConvBackends()
-        self._policy = LeanPolicy(self._conv_backends)
+        self._policy = LeanPolicy(ConvBackends())
 
     # ------------------------------------------------------------------ env access
 
@@ -226,8 +230,7 @@ class LeanEnvRunner(SingleAgentEnvRunner):
             self._observations.observation_space(self.env.single_observation_space),
             self.env.single_action_space)
         self._lean = {"obs": obs.copy(), "needs_reset": np.zeros(self.num_envs, dtype=bool),
-                      "stack": self._observations.new_stack(obs), "episodes": episodes,
-                      "carry": episodes.carry}
+                      "stack": self._observations.new_stack(obs), "episodes": episodes}
 
     # -------------------------------------------------------------------- sampling
 
@@ -270,9 +273,10 @@ class LeanEnvRunner(SingleAgentEnvRunner):
         b.obs[0] = s["obs"]
         if self.steps_sub_envs():
             s["own_step"] = True
-            stepped = self._step_sub_envs(fragment, num_timesteps)
+            step = self._sub_envs_step(fragment)
         else:
-            stepped = self._step_vector_env(fragment, num_timesteps)
+            step = self._vector_env_step(fragment)
+        stepped = self._step_fragment(fragment, num_timesteps, step)
         if stepped is None:
             return None
         rows, env_steps = stepped
@@ -291,54 +295,65 @@ class LeanEnvRunner(SingleAgentEnvRunner):
         """The policy's actions at row `v`, stored with their log-probs and logits."""
         return fragment.store_actions(v, *self._policy.act(fragment.module_obs(v)))
 
-    def _step_sub_envs(self, fragment: Fragment, num_timesteps: int) -> Optional[Tuple[int, int]]:
-        """Vector steps until `num_timesteps` env steps, the sub-envs stepped by the runner
-        straight into the buffers (`vector_step.step_sub_envs`): (rows, env steps), or
+    def _step_fragment(self, fragment: Fragment, num_timesteps: int, step: VectorStep
+                       ) -> Optional[Tuple[int, int]]:
+        """Vector steps by `step` until `num_timesteps` env steps: (rows, env steps), or
         None when a step failed."""
+        n = self.num_envs
+        # `needs_reset` (the envs whose episode ended at the last step) is the vector
+        # env's autoreset state (an autoreset is no env step); `Fragment.after_step`
+        # updates it.
+        needs_reset = fragment.needs_reset
+        env_steps = v = 0
+        while env_steps < num_timesteps:
+            env_steps += n - int(needs_reset.sum())
+            infos_of = step(v, self._act(fragment, v))
+            if infos_of is ENV_STEP_FAILURE:
+                return None
+            fragment.after_step(v, infos_of)
+            v += 1
+        return v, env_steps
+
+    def _sub_envs_step(self, fragment: Fragment) -> VectorStep:
+        """The vector step of `fragment` with the sub-envs stepped by the runner straight
+        into the buffers (`vector_step.step_sub_envs`)."""
         env, n, b = self._vector_env(), self.num_envs, fragment.buffers
         b.allocate_rewards(SYNC_VECTOR_REWARD_DTYPE)
-        env_infos: List[Any] = [None] * n  # this step's per-env info dicts
+        env_infos: List[Any] = [None] * n  # the last step's per-env info dicts
         wrapped = isinstance(self.env, DictInfoToList)
+        needs_reset = fragment.needs_reset
 
         def infos_of() -> List[dict]:
             return vector_step.sub_env_infos(env, env_infos) if wrapped else [{} for _ in range(n)]
 
-        # `needs_reset` (the envs whose episode ended at the last step) is the vector
-        # env's autoreset state; `Fragment.after_step` updates it.
-        needs_reset = fragment.needs_reset
-        env_steps = v = 0
-        while env_steps < num_timesteps:
-            env_steps += n - int(needs_reset.sum())
-            actions = self._act(fragment, v)
+        def step(v: int, actions: np.ndarray):
             if self._lean_env_call(vector_step.step_sub_envs, env.envs, needs_reset, b, v, actions,
                                    env_infos) is ENV_STEP_FAILURE:
-                return None
-            fragment.after_step(v, infos_of)
-            v += 1
-        return v, env_steps
+                return ENV_STEP_FAILURE
+            return infos_of
 
-    def _step_vector_env(self, fragment: Fragment, num_timesteps: int) -> Optional[Tuple[int, int]]:
-        """Vector steps until `num_timesteps` env steps through the vector env's own
-        `step`: (rows, env steps), or None when a step failed."""
+        return step
+
+    def _vector_env_step(self, fragment: Fragment) -> VectorStep:
+        """The vector step of `fragment` through the vector env's own `step`."""
         env, n = self._vector_env(), self.num_envs
-        needs_reset = fragment.needs_reset
-        env_steps = v = 0
-        while env_steps < num_timesteps:
-            env_steps += n - int(needs_reset.sum())
-            results = self._lean_env_call(env.step, self._act(fragment, v))
+        wrapped = isinstance(self.env, DictInfoToList)
+        step_info: List[Any] = [None]  # the last step's infos (a dict of per-key arrays)
+
+        def infos_of() -> List[dict]:
+            if wrapped:
+                return compat.vector_infos_to_list(step_info[0], self.env.num_envs)
+            return [{} for _ in range(n)]
+
+        def step(v: int, actions: np.ndarray):
+            results = self._lean_env_call(env.step, actions)
             if results is ENV_STEP_FAILURE:
-                return None
-            obs, rew, term, trunc, info = results
+                return ENV_STEP_FAILURE
+            obs, rew, term, trunc, step_info[0] = results
             fragment.store_step(v, self._observations.convert(obs), rew, term, trunc)
+            return infos_of
 
-            def infos_of(info=info) -> List[dict]:
-                if isinstance(self.env, DictInfoToList):
-                    return compat.vector_infos_to_list(info, self.env.num_envs)
-                return [{} for _ in range(n)]
-
-            fragment.after_step(v, infos_of)
-            v += 1
-        return v, env_steps
+        return step
 
     # -------------------------------------------------------------------- metrics
 

@@ -15,8 +15,8 @@ vector step (benchmarks/results/throughput_fast/summary.md).
   activations): the runner then calls the module's own `_forward_exploration`.
   Parameters are read from the layers at every call, so weight syncs (in-place
   `load_state_dict`, or `assign=True`) are seen; the runner caches the plan per module
-  object and batch shape (`LeanEnvRunner._policy_plan`), so a module whose layers are
-  replaced in place (`module.pi = nn.Linear(...)`) needs a new module object.
+  object and batch shape (`env_runner.LeanPolicy._policy_plan`), so a module whose
+  layers are replaced in place (`module.pi = nn.Linear(...)`) needs a new module object.
 * Convolution backend, per layer, by a fixed rule on its shape: torch's native im2col +
   GEMM kernel (`thnn_conv2d`, through :mod:`hca_rllib.compat`) on a contiguous NCHW
   input for a small convolution, oneDNN (what `nn.Conv2d` runs on CPU) otherwise. oneDNN
@@ -29,7 +29,7 @@ vector step (benchmarks/results/throughput_fast/summary.md).
   otherwise or when the native kernel is missing. The choice depends on the layer and
   the batch shape only, never on timing, so a seeded run samples the same actions
   however loaded the machine is. The choice is kept per runner and shape
-  (`LeanEnvRunner._conv_backends`).
+  (`env_runner.LeanPolicy.conv_backends`).
 * :func:`sample_actions`: `Categorical(logits).sample()` is `torch.multinomial(probs, 1)`
   on `probs = softmax(logits - logsumexp(logits))`, and torch's multinomial draws one
   sample as `argmax(probs / q)` with `q ~ Exp(1)` from the default generator (its
@@ -108,7 +108,7 @@ def _conv_ok(layer: nn.Conv2d) -> bool:
             and isinstance(layer.padding, tuple))
 
 
-def _leaf_steps(layers, fresh: bool) -> Optional[list]:
+def _leaf_steps(layers) -> Optional[list]:
     """(kind, layer) per leaf of a Sequential, or None for a layer this path does not know."""
     steps = []
     for layer in layers:
@@ -191,16 +191,16 @@ def _torso_steps(torso):
             flatten = False
         else:
             return None
-        cnn_steps = _leaf_steps(net[0].cnn, True)
+        cnn_steps = _leaf_steps(net[0].cnn)
         dense_before = []
     elif type(encoder) is TorchMLPEncoder and type(encoder.net) is TorchMLP:
         flatten = False
-        dense_before = _leaf_steps(encoder.net.mlp, True)
+        dense_before = _leaf_steps(encoder.net.mlp)
     else:
         return None
     post = torso.post
     post_steps = [] if type(post) is nn.Identity else (
-        _leaf_steps(post, True) if type(post) is nn.Sequential else None)
+        _leaf_steps(post) if type(post) is nn.Sequential else None)
     if cnn_steps is None or dense_before is None or post_steps is None:
         return None
     if any(kind in ("conv", "pad") for kind, _ in dense_before + post_steps):

@@ -1107,9 +1107,7 @@ def _run_info(run_dir: Path, run_info: Dict[str, Any], resume: bool, stop_timest
     """What run.json will hold: `run_info`, or on a resume the stored one (with the new
     budget)."""
     run_json = run_dir / "run.json"
-    info = dict(run_info)
-    if resume and run_json.exists():
-        info = {**read_run_json(run_json), **{k: v for k, v in run_info.items() if k == "stop_timesteps"}}
+    info = read_run_json(run_json) if resume and run_json.exists() else dict(run_info)
     info["stop_timesteps"] = stop_timesteps
     return info
 

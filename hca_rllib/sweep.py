@@ -215,8 +215,8 @@ def make_checkpoint_pruner(keep: int = KEEP_CHECKPOINTS, scheduler=None):
             self.ran = set()  # trial ids this driver saw checkpoint: the only ones it prunes
 
         def prune(self, trial, new=None, trials=None) -> List[str]:
-            return prune_trial_checkpoints(trial, self.keep, new=new, trials=list(trials or []),
-                                           scheduler=self.scheduler, caches=self.caches)
+            return prune_trial_checkpoints(trial, self.keep, caches=self.caches, new=new,
+                                           trials=list(trials or []), scheduler=self.scheduler)
 
         def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
             self.ran.add(trial.trial_id)
@@ -278,7 +278,7 @@ def _experiment_states(trial, caches) -> Tuple[Optional[dict], Optional[dict]]:
             _named_checkpoints(pyarrow.fs.LocalFileSystem(), storage.experiment_driver_staging_path, caches[1]))
 
 
-def prune_trial_checkpoints(trial, keep: int, *, new=None, trials=(), scheduler=None, caches=({}, {})
+def prune_trial_checkpoints(trial, keep: int, *, caches, new=None, trials=(), scheduler=None
                             ) -> List[str]:
     """Delete `trial`'s checkpoints beyond its newest `keep` (`new`, the checkpoint being
     registered, counted as its newest) that no experiment state, trial or PBT
@@ -287,7 +287,9 @@ def prune_trial_checkpoints(trial, keep: int, *, new=None, trials=(), scheduler=
     checkpoints (`compat.set_checkpoint_results`, so the experiment state does not grow
     with every checkpoint); returns the names deleted. Checkpoints are told apart by
     trial directory and name (`_checkpoint_key`). A trial whose checkpoints are ordered by
-    score, or a state file that cannot be read now: nothing."""
+    score, or a state file that cannot be read now: nothing. `caches`: the parse caches
+    of the stored and the staged state files (`_experiment_states`), kept by the caller
+    across calls."""
     manager = trial.run_metadata.checkpoint_manager
     if manager is None or manager.checkpoint_config.checkpoint_score_attribute is not None:
         return []  # ordered by score, not time: not this rule

@@ -1,5 +1,7 @@
 """Waiting in tests for something another process does (a checkpoint written, a line
-logged): one helper, so every test polls alike."""
+logged): one helper for the waits that need nothing else. The waits that also stop when
+the child process died (tests/test_disk_full.py, test_cluster.py, test_atari_long.py)
+poll in their own loops."""
 
 import time
 from typing import Callable

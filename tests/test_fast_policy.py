@@ -206,8 +206,8 @@ def test_lean_runner_samples_as_without_the_plan():
         env_runner_module.sample_actions = original
     torch.manual_seed(0)
     eps_plain = [plain.sample() for _ in range(3)]
-    assert used and list(fast._conv_backends.choice) == [(0, (4, 4, 10, 10))]
-    assert not plain._conv_backends.choice
+    assert used and list(fast._policy.conv_backends.choice) == [(0, (4, 4, 10, 10))]
+    assert not plain._policy.conv_backends.choice
     ended = 0
     for a, b in zip(eps_fast, eps_plain):
         assert len(a) == len(b)

@@ -91,7 +91,8 @@ class Fragment:
     def store_step(self, v: int, obs: np.ndarray, rew, term, trunc) -> None:
         """Row `v`'s results of a vector env's own step (observations as stored)."""
         b = self.buffers
-        b.allocate_rewards(np.asarray(rew).dtype)
+        if b.rew is None:  # the first step into these buffers: the env's reward dtype
+            b.allocate_rewards(np.asarray(rew).dtype)
         b.obs[v + 1] = obs
         b.rew[v] = rew
         b.term[v] = term
