@@ -119,10 +119,13 @@ CREDIT_METHODS: Dict[str, Dict[str, Any]] = {
 }
 
 
-def write_json(path: Path, data: Any) -> None:
-    """Write compact JSON atomically (temp file + rename), so a killed run leaves no half
-    file."""
-    _write_atomic(path, json.dumps(data, separators=(",", ":"), allow_nan=False).encode())
+def write_json(path: Path, data: Any, *, indent: Optional[int] = None, allow_nan: bool = False) -> None:
+    """Write JSON atomically (temp file + rename), so a killed run leaves no half file:
+    compact, or indented by `indent` (`json.dumps`'s layout). `allow_nan`: write NaN and
+    infinities as `json.dumps` does by default (not strict JSON; refused by default)."""
+    text = (json.dumps(data, separators=(",", ":"), allow_nan=allow_nan) if indent is None
+            else json.dumps(data, indent=indent, allow_nan=allow_nan))
+    _write_atomic(path, text.encode())
 
 
 def _write_atomic(path: Path, payload: bytes) -> None:
@@ -386,15 +389,17 @@ def inside(path: Path, root: Path) -> bool:
 
 def benchmark_parser(description: str, *, quick_help: str, epilog: Optional[str] = None,
                      out_help: Optional[str] = None, report_help: Optional[str] = None,
-                     torch_help: str = "torch intra-op threads (default 1)"):
-    """The options every learning benchmark has: `--quick`, `--out`, `--time-limit-min`,
-    `--report-only`, `--torch-threads`. Add a script's own, parse, then `check_out`."""
+                     torch_help: str = "torch intra-op threads (default 1)",
+                     out_type: Callable[[str], Any] = Path):
+    """The options every learning benchmark has: `--quick`, `--out` (parsed by
+    `out_type`), `--time-limit-min`, `--report-only`, `--torch-threads`. Add a script's
+    own, parse, then `check_out`."""
     import argparse
 
     parser = argparse.ArgumentParser(description=description, epilog=epilog,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help=quick_help)
-    parser.add_argument("--out", type=Path, default=None, help=out_help)
+    parser.add_argument("--out", type=out_type, default=None, help=out_help)
     parser.add_argument("--time-limit-min", type=float, default=None,
                         help="do not start a new run after this many minutes (resume later)")
     parser.add_argument("--report-only", action="store_true",

@@ -47,10 +47,13 @@ for _path in (str(REPO), str(BENCH_DIR)):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
+# The probe's own window and held-out fraction (--report-only imports the package anyway, through common).
+from hca_rllib.probe import DEFAULT_WINDOW as WINDOW, HELD_OUT_FRACTION, probe  # noqa: E402
+from hca_rllib.probe.reading import detected  # noqa: E402
+
 RESULTS = REPO / "benchmarks" / "results"
 DEFAULT_OUT = RESULTS / "outcome_probe"
 CHECKPOINTS = REPO / "runs" / "policy_checkpoints"
-WINDOW = 32
 SEED = 0
 MINATAR = ("Breakout", "SpaceInvaders", "Asterix", "Freeway", "Seaquest")
 ATARI = ("Breakout", "Pong")
@@ -72,7 +75,6 @@ FLOOR_BUDGETS = (1_000, 4_000, 16_000)
 FLOOR_SEEDS = (0, 1)
 DELAYED_LENGTH = 8
 DELAYED_PAIRS_PER_EPISODE = DELAYED_LENGTH + DELAYED_LENGTH * (DELAYED_LENGTH + 1) // 2  # start's + the chain's
-HELD_OUT = 0.3
 # Variants of chosen readings (`--variant`), stored apart: a gentler fit than the default
 # (`hca_rllib.probe.settings.FIT`: Adam 1e-3, patience 4), so that an outcome that reads 0
 # because its fit stopped at h = pi gets a second chance; and a longer collection.
@@ -101,15 +103,11 @@ def policies(task: str, root: Path = CHECKPOINTS) -> Dict[str, Dict[str, Any]]:
 
 def compact(result: Dict[str, Any]) -> Dict[str, Any]:
     """The probe's result without the episode id lists."""
-    out = {k: v for k, v in result.items() if k not in ("data",)}
-    out["split"] = {k: v for k, v in result["split"].items() if not k.endswith("_episodes")}
-    return out
+    return {**result, "split": {k: v for k, v in result["split"].items() if not k.endswith("_episodes")}}
 
 
 def run_reading(task: str, policy: str, spec: Dict[str, Any], entry: Dict[str, Any], variant: str,
                 torch_threads: int) -> Dict[str, Any]:
-    from hca_rllib.probe import probe
-
     started = time.time()
     fit = {**spec["fit"], **VARIANTS[variant].get("fit", {})}
     max_steps = spec["max_steps"] * VARIANTS[variant].get("steps", 1)
@@ -124,10 +122,10 @@ def run_reading(task: str, policy: str, spec: Dict[str, Any], entry: Dict[str, A
 
 
 def write(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    tmp.replace(path)
+    """`data` as indented JSON, written atomically (a kill leaves the previous file)."""
+    from common import write_json
+
+    write_json(path, data, indent=1, allow_nan=True)
 
 
 # ------------------------------------------------------------------ the floor
@@ -157,15 +155,13 @@ def floor_spec(family: str, level: float, budget: int) -> Dict[str, Any]:
     """The env, its config and the episodes that give `budget` held-out pairs."""
     if family == "bandit":
         return {"env": "HCA/AmbiguousBandit-v0", "env_config": {"p_hi_a": bandit_p_hi(level)},
-                "episodes": int(math.ceil(budget / HELD_OUT)), "window": 4}
+                "episodes": int(math.ceil(budget / HELD_OUT_FRACTION)), "window": 4}
     return {"env": "HCA/DelayedEffect-v0", "env_config": {"length": DELAYED_LENGTH, "noise_std": delayed_noise(level)},
-            "episodes": int(math.ceil(budget / HELD_OUT / DELAYED_PAIRS_PER_EPISODE)), "window": WINDOW}
+            "episodes": int(math.ceil(budget / HELD_OUT_FRACTION / DELAYED_PAIRS_PER_EPISODE)), "window": WINDOW}
 
 
 def run_floor_cell(family: str, level: float, budget: int, seed: int, out: Path, torch_threads: int
                    ) -> Dict[str, Any]:
-    from hca_rllib.probe import probe
-
     spec = floor_spec(family, level, budget)
     started = time.time()
     result = probe(spec["env"], env_config=spec["env_config"], outcome="reward", window=spec["window"],
@@ -174,7 +170,7 @@ def run_floor_cell(family: str, level: float, budget: int, seed: int, out: Path,
     reward = result["reward"]
     cell = {"family": family, "level": level, "budget": budget, "seed": seed, "spec": spec,
             "held_out_pairs": result["pairs"]["held_out"], "per_pair": reward["per_pair"],
-            "detected": reward["per_pair"]["ci_bonferroni"][0] > 0.0, "fit": reward["fit"],
+            "detected": detected(reward["per_pair"], reward["fit"]), "fit": reward["fit"],
             "return_per_decision": result["return"]["per_decision"], "wall_s": time.time() - started}
     store_floor_cell(out, floor_key(family, level, budget, seed), cell)
     return cell
@@ -240,15 +236,15 @@ def floor_at(table: Dict[str, Any], family: str, pairs: int) -> Optional[Dict[st
 def verdict(reward: Optional[Dict[str, Any]], ret: Dict[str, Any], floor: Optional[float]) -> str:
     """Yes: the reward outcome's per-pair Bonferroni CI excludes 0 (from a fitted
     classifier), its estimate is at or above the floor, and the return's per-decision
-    Bonferroni CI reaches 0 (or its classifier never beat h = pi)."""
+    Bonferroni CI reaches 0 (or its classifier never beat h = pi): the probe's reading's
+    rule (`detected`), applied to the stored figures."""
     if reward is None:
         return "no (no reward events)"
     if floor is None:
         return "n/a (floor not measured)"
-    # A classifier that never beat h = pi reads 0 by construction: not a detection.
-    reward_on = reward["per_pair"]["ci_bonferroni"][0] > 0.0 and reward["fit"]["improved"]
+    reward_on = detected(reward["per_pair"], reward["fit"])
     above = reward["per_pair"]["information"] >= floor
-    return_on = ret["per_decision"]["ci_bonferroni"][0] > 0.0 and ret["fit"]["improved"]
+    return_on = detected(ret["per_decision"], ret["fit"])
     if reward_on and above and not return_on:
         return "yes"
     if not reward_on:
@@ -339,15 +335,16 @@ def floor_lines(floor: Dict[str, Any]) -> List[str]:
 
 def markdown(summary: Dict[str, Any]) -> str:
     lines = ["# The probe on every outcome, under trained policies", "",
-             f"Window {WINDOW}, gamma 0.99, seed {SEED}, 30% of the episodes held out; nats; [CI]: the "
-             "Bonferroni interval over the 2 outcomes (97.5%), by a bootstrap over held-out episodes. Return: the "
-             f"{WINDOW}-step return per decision. Reward: the reward outcome per decision and per (decision, reward "
-             "event) pair, all k < 32 and k >= 1. Floor: the smallest per-pair information the probe detected on "
-             "known-answer tasks at no more held-out pairs (spread: every pair informative alike, the bandit; "
-             "concentrated: 1 pair in 44, the delayed effect; `(<)`: fewer pairs than the smallest budget measured). "
-             "Verdict: yes when the reward outcome's per-pair CI excludes 0 at or above the spread floor and the "
-             "return's reaches 0. `*`: that classifier never beat its initial state (h = pi) on the validation "
-             "episodes, a reading of 0 by construction (a lower bound of 0, not a measured 0).", ""]
+             f"Window {WINDOW}, gamma 0.99, seed {SEED}, {100 * HELD_OUT_FRACTION:g}% of the episodes held out; "
+             "nats; [CI]: the Bonferroni interval over the 2 outcomes (97.5%), by a bootstrap over held-out episodes. "
+             f"Return: the {WINDOW}-step return per decision. Reward: the reward outcome per decision and per "
+             f"(decision, reward event) pair, all k < {WINDOW} and k >= 1. Floor: the smallest per-pair information "
+             "the probe detected on known-answer tasks at no more held-out pairs (spread: every pair informative "
+             "alike, the bandit; concentrated: 1 pair in 44, the delayed effect; `(<)`: fewer pairs than the "
+             "smallest budget measured). Verdict: yes when the reward outcome's per-pair CI excludes 0 at or above "
+             "the spread floor and the return's reaches 0. `*`: that classifier never beat its initial state (h = "
+             "pi) on the validation episodes, a reading of 0 by construction (a lower bound of 0, not a measured "
+             "0).", ""]
     lines += table_lines(summary["rows"])
     lines += ["", "![information against A2C's training steps](information_by_steps.png)", "",
               "Commands:", ""] + [f"- `{c}`" for c in summary["commands"]]
@@ -428,7 +425,7 @@ def job_done(out: Path, job: tuple) -> bool:
 def job_path(out: Path, job: tuple) -> Path:
     """A reading's JSON: `readings/<task>__<policy>.json` (`readings_<variant>/` for a
     fit variant)."""
-    variant = job[5] if len(job) > 5 else "default"
+    variant = job[5]
     folder = "readings" if variant == "default" else f"readings_{variant}"
     return out / folder / f"{job[1]}__{job[2]}.json"
 

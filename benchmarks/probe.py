@@ -24,7 +24,6 @@ Reproduce (from the repository root; resumable, one JSON per task under --out):
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time

@@ -34,6 +34,9 @@ numpy only where rliable has nothing, each checked against rliable or a closed f
   resampling whole rows. rliable's curve intervals resample every point independently;
   the draws here are those of rliable's one-stratum bootstrap, so at every point the band
   equals `bootstrap_ci` of that column (tested).
+* `cluster_bootstrap_mean_ci`, `cluster_bootstrap_ratio_ci`: a mean (or a ratio of sums,
+  e.g. a weighted mean) over decisions with its CI by a bootstrap over whole clusters
+  (episodes), vectorised with seeded multinomial counts (the probe's estimates).
 
 Reproducibility: rliable 1.2.0's `StratifiedBootstrap.update_indices` draws its indices
 from numpy's global `np.random.choice`, not from the `random_state` it is given. Every
@@ -52,7 +55,7 @@ is written. rliable is imported on first use (about 3 s).
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -73,6 +76,8 @@ __all__ = [
     "average_probability_of_improvement",
     "performance_profile",
     "plot_performance_profile",
+    "cluster_bootstrap_mean_ci",
+    "cluster_bootstrap_ratio_ci",
 ]
 
 BOOTSTRAP_REPS = 10_000
@@ -430,9 +435,52 @@ def cluster_bootstrap_mean_ci(values: Sequence[float], clusters: Sequence[Any],
     point = float(sums.sum() / sizes.sum())
     if len(sums) < 2:
         return point, point, point
+    # Every resample in one draw (sizes > 0: every ratio is finite).
+    (low, high), = _percentile_intervals(_cluster_resample_ratios(sums, sizes, reps, seed, chunk=reps), (level,))
+    return point, low, high
+
+
+def cluster_bootstrap_ratio_ci(numerators: Sequence[float], denominators: Sequence[float],
+                               clusters: Sequence[Any], levels: Sequence[float] = (0.95,),
+                               reps: int = BOOTSTRAP_REPS, seed: int = BOOTSTRAP_SEED,
+                               chunk: int = 1000) -> Tuple[float, List[Tuple[float, float]]]:
+    """`sum(numerators) / sum(denominators)` and its percentile-bootstrap CI at each of
+    `levels`, all from the same resamples of whole clusters (episodes), drawn as
+    `cluster_bootstrap_mean_ci` draws them (multinomial counts, seeded); with denominators
+    of 1 it is that mean (a weighted mean: numerators `w x`, denominators `w`). Returns
+    `(point, [(low, high) per level])`; with fewer than 2 clusters, or no positive
+    denominator sum, each interval collapses to the point (NaN for the latter).
+    Resamples go `chunk` at a time (bounded memory); non-finite ratios are dropped."""
+    num, den = np.asarray(numerators, np.float64), np.asarray(denominators, np.float64)
+    _, index = np.unique(np.asarray(clusters), return_inverse=True)
+    sums, weights = np.bincount(index, weights=num), np.bincount(index, weights=den)
+    point = float(sums.sum() / weights.sum()) if weights.sum() > 0 else float("nan")
+    if len(sums) < 2 or not weights.sum() > 0:
+        return point, [(point, point) for _ in levels]
+    return point, _percentile_intervals(_cluster_resample_ratios(sums, weights, reps, seed, chunk), levels)
+
+
+def _cluster_resample_ratios(sums: np.ndarray, weights: np.ndarray, reps: int, seed: int,
+                             chunk: int) -> np.ndarray:
+    """`sum_c w_c S_c / sum_c w_c W_c` over `reps` resamples of the clusters (`w_c`: a
+    cluster's multinomial count, seeded), drawn `chunk` resamples at a time; the finite
+    ones."""
     rng = np.random.default_rng(seed)
-    counts = rng.multinomial(len(sums), np.full(len(sums), 1.0 / len(sums)), size=reps).astype(np.float64)
-    means = (counts @ sums) / (counts @ sizes)
-    tail = 100.0 * (1.0 - level) / 2.0
-    low, high = np.percentile(means, [tail, 100.0 - tail])
-    return point, float(low), float(high)
+    p = np.full(len(sums), 1.0 / len(sums))
+    ratios = []
+    for start in range(0, reps, chunk):
+        counts = rng.multinomial(len(sums), p, size=min(chunk, reps - start)).astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ratios.append((counts @ sums) / (counts @ weights))
+    ratios = np.concatenate(ratios)
+    return ratios[np.isfinite(ratios)]
+
+
+def _percentile_intervals(statistics: np.ndarray, levels: Sequence[float]) -> List[Tuple[float, float]]:
+    """The central percentile interval of `statistics` at each of `levels`."""
+    out = []
+    for level in levels:
+        tail = 100.0 * (1.0 - level) / 2.0
+        low, high = np.percentile(statistics, [tail, 100.0 - tail])
+        out.append((float(low), float(high)))
+    return out

@@ -3,13 +3,9 @@ costs builds, takes the path the page states for it, and trains."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from scripts import run_script
 
 # config -> (sampler, learner path) that "auto" resolves to (benchmarks/auto_paths.py).
 EXPECTED = {
@@ -25,9 +21,7 @@ EXPECTED = {
 
 @pytest.mark.benchmark
 def test_auto_paths_quick():
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "auto_paths.py"), "--quick"], cwd=REPO,
-                          capture_output=True, text=True, timeout=400)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = run_script("auto_paths.py", "--quick")
     rows = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
             for line in proc.stdout.splitlines() if line.startswith("| ") and not line.startswith("| config")}
     assert set(rows) == set(EXPECTED), proc.stdout

@@ -15,15 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from scripts import run_script
+
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _run_script(name: str, *args, timeout: int = 400) -> subprocess.CompletedProcess:
-    """`benchmarks/<name> <args>` from the repository root; it must exit 0."""
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / name), *map(str, args)],
-                          cwd=REPO, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    return proc
 
 
 def _load_raw(path):
@@ -40,7 +34,7 @@ def _finite(value) -> bool:
 def test_a2c_parity_quick(tmp_path):
     pytest.importorskip("stable_baselines3")
     pytest.importorskip("matplotlib")
-    _run_script("a2c_parity.py", "--quick", "--out", tmp_path, timeout=300)
+    run_script("a2c_parity.py", "--quick", "--out", tmp_path, timeout=300)
 
     for library in ("sb3", "ours"):
         for seed in (0, 1):
@@ -90,7 +84,7 @@ def test_credit_modes_quick(tmp_path):
     """`benchmarks/credit_modes.py --quick`: bandit and CartPole, a2c and the default (expected_hca_blend_nomem), seed 0,
     5k env steps per run; every run file and the summary must hold finite numbers."""
     pytest.importorskip("matplotlib")
-    _run_script("credit_modes.py", "--quick", "--out", tmp_path, timeout=300)
+    run_script("credit_modes.py", "--quick", "--out", tmp_path, timeout=300)
 
     for task, last_k in (("bandit", 100), ("cartpole", 20)):
         for method in ("a2c", "expected_hca_blend_nomem"):
@@ -157,7 +151,7 @@ def test_credit_modes_quick(tmp_path):
 
 @pytest.mark.benchmark
 def test_env_throughput_quick(tmp_path):
-    _run_script("env_throughput.py", "--quick", "--out", tmp_path)
+    run_script("env_throughput.py", "--quick", "--out", tmp_path)
     assert (tmp_path / "summary.md").is_file()
     data = json.loads((tmp_path / "results.json").read_text())
     text = json.dumps(data)
@@ -170,7 +164,7 @@ def test_throughput_quick(tmp_path):
     memory of a remote EnvRunner, the sampling profile and the cluster projection."""
     pytest.importorskip("stable_baselines3")
     pytest.importorskip("psutil")
-    _run_script("throughput.py", "--quick", "--out", tmp_path)
+    run_script("throughput.py", "--quick", "--out", tmp_path)
     data = json.loads((tmp_path / "results.json").read_text())
     quick_methods = {"minatar": ("a2c", "hca", "ppo_1epoch", "sb3_a2c", "a2c_runners1"),
                      "atari": ("a2c", "hca", "ppo_1epoch", "sb3_a2c")}
@@ -262,7 +256,7 @@ def test_env_runner_memory_quick(tmp_path):
     steps), lean and RLlib's runner in their own processes: every game ends truncated at the
     cap, the lean runner holds at most envs x lookback steps, RLlib's all but one fragment's."""
     pytest.importorskip("psutil")
-    _run_script("env_runner_memory.py", "--quick", "--out", tmp_path, timeout=600)
+    run_script("env_runner_memory.py", "--quick", "--out", tmp_path, timeout=600)
     data = json.loads((tmp_path / "summary.json").read_text())
     assert data["setup"]["cap_steps"] == 500 and data["setup"]["num_envs"] == 2
     for name in ("lean", "rllib"):
@@ -347,7 +341,7 @@ def test_learning_quick(tmp_path):
     2 seeds, 3k steps; cell files, resume (a second call makes no run), the summary's
     aggregates and targets."""
     pytest.importorskip("matplotlib")
-    _run_script("learning.py", "--quick", "--out", tmp_path)
+    run_script("learning.py", "--quick", "--out", tmp_path)
     # MinAtar's random score is measured; umbrella's is known exactly (0)
     assert json.loads((tmp_path / "minatar_Breakout" / "random.json").read_text())["episodes"] == 5
     assert not (tmp_path / "umbrella_length_10" / "random.json").exists()
@@ -366,7 +360,7 @@ def test_learning_quick(tmp_path):
                     assert run["final_score"] == pytest.approx(sum(last[-100:]) / 100)
                 else:
                     assert run["final_score"] == run["final_return"]
-    again = _run_script("learning.py", "--quick", "--out", tmp_path)
+    again = run_script("learning.py", "--quick", "--out", tmp_path)
     assert again.stdout.count("(stored)") == 8, again.stdout[-2000:]
     learning = _import_benchmark("learning")
     cell = json.loads((tmp_path / "umbrella_length_10" / "a2c_seed1.json").read_text())
@@ -393,7 +387,7 @@ def test_learning_quick(tmp_path):
 @pytest.mark.benchmark
 def test_credit_analysis_quick(tmp_path):
     pytest.importorskip("matplotlib")
-    _run_script("credit_analysis.py", "--quick", "--out", tmp_path)
+    run_script("credit_analysis.py", "--quick", "--out", tmp_path)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert set(summary["settings"]) == {"delayed_effect_L3_sd1", "key_to_door_L5_sd1"}
     for name, entry in summary["settings"].items():
@@ -615,7 +609,7 @@ def test_committed_results_are_compact():
 def test_credit_cost_quick(tmp_path):
     """`benchmarks/credit_cost.py --quick`: a2c and the default credit, 2 rounds each;
     finite iteration times and a2c's ratio exactly 1."""
-    _run_script("credit_cost.py", "--quick", "--out", tmp_path, timeout=600)
+    run_script("credit_cost.py", "--quick", "--out", tmp_path, timeout=600)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert set(summary["variants"]) == {"a2c", "expected_hca_blend_nomem"}
     assert summary["variants"]["a2c"]["ratio_to_a2c"] == 1.0
@@ -629,7 +623,7 @@ def test_credit_cost_quick(tmp_path):
 def test_credit_horizon_quick(tmp_path):
     """`benchmarks/credit_horizon.py --quick`: the delayed effect at 64-step fragments and
     with complete episodes; the visible share is 0.53 and 1."""
-    _run_script("credit_horizon.py", "--quick", "--out", tmp_path, timeout=300)
+    run_script("credit_horizon.py", "--quick", "--out", tmp_path, timeout=300)
     summary = json.loads((tmp_path / "summary.json").read_text())
     cells = summary["cells"]
     assert cells["delayed_effect_L30_sd1__H64"]["visible_fraction"] == pytest.approx(34 / 64)
@@ -709,7 +703,7 @@ def test_atari_long_quick(tmp_path):
 
     # At the suite's own priority: at the default nice 19 on one core beside a busy test
     # worker, Ray's node start (30 s, Ray's limit) could starve.
-    _run_script("atari_long.py", "--quick", "--out", tmp_path, "--nice", os.nice(0), "--guard-names",
+    run_script("atari_long.py", "--quick", "--out", tmp_path, "--nice", os.nice(0), "--guard-names",
                 f"fake_suite_{uuid.uuid4().hex[:8]}", timeout=600)
     check = json.loads((tmp_path / "quick_check.json").read_text())
     assert check["killed_at_iteration"] > check["resumed_from_iteration"] >= 1

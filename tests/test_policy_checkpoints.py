@@ -5,21 +5,19 @@ nothing more."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from scripts import run_script
+
 REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "benchmarks" / "policy_checkpoints.py"
 
 
 def _run(out: Path) -> str:
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--cells", "minatar_breakout", "--quick", "--nice", "0",
-                           "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=400)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc.stdout
+    return run_script("policy_checkpoints.py", "--cells", "minatar_breakout", "--quick", "--nice", "0",
+                      "--out", out).stdout
 
 
 @pytest.mark.benchmark

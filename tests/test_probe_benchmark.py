@@ -3,28 +3,17 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def _run_script(name: str, *args, timeout: int = 400) -> subprocess.CompletedProcess:
-    """`benchmarks/<name> <args>` from the repository root; it must exit 0."""
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / name), *map(str, args)],
-                          cwd=REPO, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    return proc
+from scripts import run_script
 
 
 @pytest.mark.benchmark
 def test_probe_quick(tmp_path):
     """`benchmarks/probe.py --quick`: a known-answer setting and MinAtar Breakout at tiny
     budgets; one JSON per task, and the summary's rows with their information and CIs."""
-    _run_script("probe.py", "--quick", "--out", tmp_path, timeout=300)
+    run_script("probe.py", "--quick", "--out", tmp_path, timeout=300)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["command"] == ".venv/bin/python benchmarks/probe.py --quick"
     rows = {row["task"]: row for row in summary["rows"]}
@@ -42,7 +31,7 @@ def test_outcome_probe_quick(tmp_path):
     """`benchmarks/outcome_probe.py --quick`: one reading (MinAtar Breakout, uniform, 3,000
     steps) and one floor cell, each stored as it finishes, and the summary over them; a
     second run finds both stored and runs nothing."""
-    _run_script("outcome_probe.py", "--quick", "--out", tmp_path, timeout=300)
+    run_script("outcome_probe.py", "--quick", "--out", tmp_path, timeout=300)
     reading = json.loads((tmp_path / "readings" / "minatar_breakout__uniform.json").read_text())
     assert reading["probe"]["outcome"] == "reward" and reading["probe"]["window"] == 32
     assert reading["probe"]["decisions"] <= 3_000 + 8 and "held_out_episodes" not in reading["probe"]["split"]
@@ -57,5 +46,5 @@ def test_outcome_probe_quick(tmp_path):
         figure = row[key]
         assert figure["ci_bonferroni"][0] <= figure["information"] <= figure["ci_bonferroni"][1]
     assert "| minatar_breakout | uniform |" in (tmp_path / "summary.md").read_text()
-    again = _run_script("outcome_probe.py", "--quick", "--out", tmp_path, timeout=300)
+    again = run_script("outcome_probe.py", "--quick", "--out", tmp_path, timeout=300)
     assert "done" not in again.stdout and "floor (" not in again.stdout

@@ -1,7 +1,7 @@
 """`hca-rllib probe --outcome reward`: the (decision, reward event) pairs against a brute
-force, the weighted bootstrap, closed forms on known-answer tasks (the delayed effect's
-final reward, a bandit whose action does nothing), the window, the report and the
-command line's one-line errors."""
+force, closed forms on known-answer tasks (the delayed effect's final reward, a bandit
+whose action does nothing), the window, the report and the command line (its bad input:
+tests/test_bad_input.py; the weighted bootstrap: tests/test_stats.py)."""
 
 import json
 import math
@@ -11,9 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hca_rllib import stats
 from hca_rllib.probe import ProbeError, ProbeSettings, probe, write_probe_report
-from hca_rllib.probe.information import cluster_ratio_ci
 from hca_rllib.probe.outcomes import (OutcomeRows, build_outcome_classifier, outcome_features, pair_weights,
                                       reward_pairs, standardiser)
 from hca_rllib.probe.reading import reward_reading
@@ -77,21 +75,6 @@ def test_outcome_features_standardise_and_one_hot():
     np.testing.assert_array_equal(x[:, 1:], np.eye(3)[[0, 2, 1]])
     constant = outcome_features(np.ones(4), standardiser(np.ones(4)))
     np.testing.assert_array_equal(constant, np.zeros((4, 1)))
-
-
-def test_ratio_bootstrap_is_the_cluster_mean_bootstrap_with_unit_weights():
-    rng = np.random.default_rng(2)
-    ids = np.repeat(np.arange(30), rng.integers(1, 9, size=30))
-    values = rng.normal(size=len(ids)) + ids % 3
-    mean, low, high = stats.cluster_bootstrap_mean_ci(values, ids)
-    got = cluster_ratio_ci(values, np.ones(len(values)), ids)
-    assert got["information"] == pytest.approx(mean)
-    assert got["ci"] == pytest.approx([low, high])
-    # Weighted: the point is sum(w x) / sum(w); a wider level gives a wider interval.
-    w = rng.uniform(0.1, 2.0, size=len(ids))
-    both = cluster_ratio_ci(values * w, w, ids, levels=(0.95, 0.975))
-    assert both["information"] == pytest.approx((values * w).sum() / w.sum())
-    assert both["ci_0.975"][0] <= both["ci_0.95"][0] <= both["ci_0.95"][1] <= both["ci_0.975"][1]
 
 
 def test_an_unfitted_classifier_reads_exactly_zero():
@@ -186,24 +169,6 @@ def test_settings_refuse_bad_outcomes_and_windows():
 
 
 # ------------------------------------------------------------------- command line
-
-
-@pytest.mark.parametrize("args, message", [
-    (["--outcome", "rewards"], "argument --outcome: invalid choice: 'rewards' (choose from 'return', 'reward')"),
-    (["--outcome", "reward", "--window", "0"], "argument --window: must be an integer in [1, 4096], got 0"),
-    (["--outcome", "reward", "--window", "x"], "argument --window: must be an integer in [1, 4096], got 'x'"),
-])
-def test_bad_outcome_input_is_one_line_exit_2(args, message, tmp_path, capsys):
-    from hca_rllib.cli import main
-
-    try:
-        code = main(["probe", "--env", DELAYED, *args, "--output", str(tmp_path / "out")])
-    except SystemExit as exit:  # argparse
-        code = exit.code
-    assert code == 2
-    stderr = capsys.readouterr().err
-    assert stderr.startswith("hca-rllib: error:") and len(stderr.strip().splitlines()) == 1, stderr
-    assert message in stderr
 
 
 def test_help_lists_the_outcomes_and_the_window(capsys):

@@ -266,3 +266,18 @@ def test_report_draws_rliable_performance_profile(tmp_path):
     env = json.loads((tmp_path / "out" / "report.json").read_text())["environments"]["Toy-v0"]
     assert env["performance_profile"] is None
     assert not (tmp_path / "out" / "performance_profile_Toy-v0.png").exists()
+
+
+def test_ratio_bootstrap_is_the_cluster_mean_bootstrap_with_unit_weights():
+    rng = np.random.default_rng(2)
+    ids = np.repeat(np.arange(30), rng.integers(1, 9, size=30))
+    values = rng.normal(size=len(ids)) + ids % 3
+    mean, low, high = stats.cluster_bootstrap_mean_ci(values, ids)
+    point, (ci,) = stats.cluster_bootstrap_ratio_ci(values, np.ones(len(values)), ids)
+    assert point == pytest.approx(mean)
+    assert ci == pytest.approx((low, high))
+    # Weighted: the point is sum(w x) / sum(w); a wider level gives a wider interval.
+    w = rng.uniform(0.1, 2.0, size=len(ids))
+    point, (ci_95, ci_975) = stats.cluster_bootstrap_ratio_ci(values * w, w, ids, levels=(0.95, 0.975))
+    assert point == pytest.approx((values * w).sum() / w.sum())
+    assert ci_975[0] <= ci_95[0] <= ci_95[1] <= ci_975[1]

@@ -48,25 +48,23 @@ import dataclasses
 import time
 from typing import Any, Callable, Dict, Optional
 
-from hca_rllib.probe.classifier import build_classifier, fit_classifier
+import numpy as np
+
 from hca_rllib.probe.information import episode_end_information
-from hca_rllib.probe.reading import (BENCHMARK_SUMMARY, LEVELS, information_level, load_benchmark_rows, reading,
-                                     reward_reading)
-from hca_rllib.probe.report import markdown, write_probe_report
-from hca_rllib.probe.returns import return_outcome
-from hca_rllib.probe.rewards import reward_outcome
+from hca_rllib.probe.reading import BENCHMARK_SUMMARY, information_level, load_benchmark_rows, reading, reward_reading
+from hca_rllib.probe.report import write_probe_report
+from hca_rllib.probe.returns import BOUND as RETURN_BOUND, return_outcome
+from hca_rllib.probe.rewards import BOUND as REWARD_BOUND, reward_outcome
 from hca_rllib.probe.rollouts import collect_rollouts, policy_record, split_episodes, split_rows
-from hca_rllib.probe.settings import (DEFAULT_EPISODES, DEFAULT_HORIZONS, DEFAULT_MAX_STEPS, DEFAULT_WINDOW, FIT,
-                                  GAMMA, HELD_OUT_FRACTION, MIN_EPISODES, OUTCOMES, THRESHOLD,
-                                  VALIDATION_FRACTION, ProbeError, ProbeSettings, horizon_name, parse_horizons)
+from hca_rllib.probe.settings import (DEFAULT_EPISODES, DEFAULT_HORIZONS, DEFAULT_MAX_STEPS, DEFAULT_WINDOW, GAMMA,
+                                      HELD_OUT_FRACTION, MIN_EPISODES, OUTCOMES, THRESHOLD, ProbeError, ProbeSettings,
+                                      parse_horizons)
 from hca_rllib.probe.target import ProbeTarget, collect, resolve_target
 
 __all__ = ["probe", "ProbeSettings", "ProbeError", "collect_rollouts", "split_episodes", "parse_horizons",
-           "reading", "information_level", "write_probe_report", "DEFAULT_HORIZONS", "DEFAULT_EPISODES",
-           "DEFAULT_MAX_STEPS", "DEFAULT_WINDOW", "GAMMA", "HELD_OUT_FRACTION", "MIN_EPISODES", "OUTCOMES",
-           "THRESHOLD"]
-
-_SETTING_NAMES = frozenset(field.name for field in dataclasses.fields(ProbeSettings))
+           "reading", "information_level", "episode_end_information", "write_probe_report", "DEFAULT_HORIZONS",
+           "DEFAULT_EPISODES", "DEFAULT_MAX_STEPS", "DEFAULT_WINDOW", "GAMMA", "HELD_OUT_FRACTION", "MIN_EPISODES",
+           "OUTCOMES", "THRESHOLD"]
 
 
 def probe(env: Optional[str], settings: Optional[ProbeSettings] = None, *, env_config: Optional[Dict[str, Any]] = None,
@@ -81,7 +79,8 @@ def probe(env: Optional[str], settings: Optional[ProbeSettings] = None, *, env_c
     policy of `checkpoint` (a checkpoint or run directory; its env is used if `env` is
     None), or `module` (an `HCATorchRLModule`, e.g. `hca_rllib.training_module(algo)`),
     run forward only. `settings`: a `ProbeSettings` (episodes, horizons, outcome, ...);
-    keyword `overrides` replace its fields (`probe(env, episodes=300, horizons=[1, None])`).
+    keyword `overrides` replace its fields (`probe(env, episodes=300, horizons=[1, None])`;
+    a name that is no field: TypeError).
     Returns a dict (JSON-ready): the information per horizon with its CI, where it lives
     at the peak horizon, the fit records, the split, and the `reading`. `keep_data=True`
     adds the rollouts and held-out pointwise information as numpy arrays under `"data"`.
@@ -89,9 +88,6 @@ def probe(env: Optional[str], settings: Optional[ProbeSettings] = None, *, env_c
     default: a small network is fastest on one; 0: leave torch's setting)."""
     import torch
 
-    unknown = sorted(set(overrides) - _SETTING_NAMES)
-    if unknown:
-        raise TypeError(f"probe() got unexpected keyword argument(s) {unknown}")
     settings = dataclasses.replace(settings or ProbeSettings(), **overrides).validate()
     threads = torch.get_num_threads()
     if torch_threads:
@@ -105,9 +101,34 @@ def probe(env: Optional[str], settings: Optional[ProbeSettings] = None, *, env_c
         torch.set_num_threads(threads)
 
 
+def describe_run(target: ProbeTarget, settings: ProbeSettings, data: Dict[str, Any],
+                 split: Dict[str, np.ndarray]) -> Dict[str, Any]:
+    """The result's description of what ran: env, policy, settings, data and split."""
+    ep = data["episode_ids"]
+    return {
+        "env": target.env,
+        "env_config": dict(target.env_config or {}),
+        "policy": target.policy.description,
+        "gamma": settings.gamma,
+        "seed": settings.seed,
+        "threshold": settings.threshold,
+        "frame_stack": target.info.frame_stack,
+        "episodes": int(len(np.unique(ep))),
+        "decisions": int(len(ep)),
+        "steps_taken": int(data["steps"]),
+        "mean_episode_length": float(len(ep) / len(np.unique(ep))),
+        "mean_episode_return": float(np.mean(data["episode_returns"])),
+        "split": {"fit_episodes": split["fit_ids"].tolist(), "validation_episodes": split["validation_ids"].tolist(),
+                  "held_out_episodes": split["held_out_ids"].tolist(),
+                  "held_out_fraction": settings.held_out_fraction, "held_out_decisions": int(len(split["held_out"]))},
+    }
+
+
 def run_probe(target: ProbeTarget, settings: ProbeSettings, *, benchmark_summary=BENCHMARK_SUMMARY,
               progress: Optional[Callable[[str], None]] = None, keep_data: bool = False) -> Dict[str, Any]:
-    """Collect, split, measure the outcome and read it: `probe()` after its checks."""
+    """Collect, split, measure the outcome and read it: `probe()` after its checks. The
+    result: what ran (`describe_run`), the outcome's own figures, the policy's record, the
+    bound's statement, the seconds, and the reading."""
     say = progress or (lambda message: None)
     started = time.time()
     data = collect(target, settings, say)
@@ -117,10 +138,16 @@ def run_probe(target: ProbeTarget, settings: ProbeSettings, *, benchmark_summary
         f"{len(split['fit_ids'])}, validation {len(split['validation_ids'])}, held out "
         f"{len(split['held_out_ids'])} episodes")
     if settings.outcome == "reward":
-        result, pointwise = reward_outcome(target, settings, data, split, say, collect_s)
+        figures, pointwise = reward_outcome(target, settings, data, split, say)
+        bound = REWARD_BOUND
+    else:
+        figures, pointwise = return_outcome(target, settings, data, split, say)
+        bound = RETURN_BOUND
+    result = {**describe_run(target, settings, data, split), **figures, "policy_record": policy_record(data),
+              "bound": bound, "seconds": {"collect": collect_s, "total": None}}
+    if settings.outcome == "reward":
         result["reading"] = reward_reading(result)
     else:
-        result, pointwise = return_outcome(target, settings, data, split, say, collect_s)
         result["reading"] = reading(result, load_benchmark_rows(benchmark_summary))
     result["seconds"]["total"] = time.time() - started
     if keep_data:

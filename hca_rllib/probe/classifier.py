@@ -12,20 +12,17 @@ from hca_rllib import credit
 from hca_rllib.probe.settings import FIT
 
 # What the probe asks of the training module's hindsight head: its own torso of the
-# training network's shape, `q = softmax(log pi + f(s, Z))`. Options the module no
-# longer knows are left out (`HINDSIGHT_DEFAULTS` says which it knows).
-CLASSIFIER_OPTIONS = {"torso": "separate", "parameterization": "policy_relative", "return_input": "return",
-                      "balanced": False}
+# training network's shape, `q = softmax(log pi + f(s, Z))`.
+CLASSIFIER_OPTIONS = {"torso": "separate", "parameterization": "policy_relative"}
 
 
 def build_classifier(observation_space, action_space, model_config: Optional[Dict[str, Any]] = None):
     """A fresh `HCATorchRLModule` whose hindsight head (with its own torso, of the training
     network's shape, and the return encoder) is the probe's classifier."""
-    from hca_rllib.module import HINDSIGHT_DEFAULTS, HCATorchRLModule
+    from hca_rllib.module import HCATorchRLModule
 
     config = dict(model_config or {})
-    wanted = {key: value for key, value in CLASSIFIER_OPTIONS.items() if key in HINDSIGHT_DEFAULTS}
-    config["hindsight"] = {**(config.get("hindsight") or {}), **wanted}
+    config["hindsight"] = {**(config.get("hindsight") or {}), **CLASSIFIER_OPTIONS}
     return HCATorchRLModule(observation_space=observation_space, action_space=action_space,
                             inference_only=False, model_config=config)
 

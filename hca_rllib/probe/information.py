@@ -69,10 +69,6 @@ def where(pointwise: np.ndarray, data: Dict[str, Any], rows: np.ndarray, top: in
         out["states"] = _group_rows(pointwise, episodes, codes,
                                     lambda key, members: describe_state(data["obs"][rows][int(key)]), top,
                                     positive_total)
-    # The start state (time step 0), the decision the closed forms of the known-answer tasks describe.
-    start = t == 0
-    mean, low, high = stats.cluster_bootstrap_mean_ci(pointwise[start], episodes[start], reps=4000)
-    out["start"] = {"decisions": int(start.sum()), "mean": mean, "ci": [low, high]}
     return out
 
 
@@ -104,39 +100,4 @@ def episode_end_information(per_horizon: Sequence[Dict[str, Any]], pointwise: Di
         if best is not None:
             item["best_fragment_information"] = float(np.mean(pointwise[best["horizon"]][members]))
         out["by_steps_to_end"].append(item)
-    return out
-
-
-def cluster_ratio_ci(numerators: np.ndarray, denominators: np.ndarray, clusters: np.ndarray,
-                     levels=(0.95,), reps: int = stats.BOOTSTRAP_REPS, seed: int = stats.BOOTSTRAP_SEED,
-                     chunk: int = 1000) -> Dict[str, Any]:
-    """`sum(numerators) / sum(denominators)` with percentile-bootstrap CIs over clusters
-    (episodes), one per level, from the same resamples: whole clusters are drawn with
-    replacement (multinomial counts, seeded), as `stats.cluster_bootstrap_mean_ci` does
-    (with denominators of 1 it is that mean). Returns `{"information", "ci"}` for the
-    first level and `{"ci_<level>"}` for each. Resamples go in chunks (bounded memory)."""
-    num, den = np.asarray(numerators, np.float64), np.asarray(denominators, np.float64)
-    _, index = np.unique(np.asarray(clusters), return_inverse=True)
-    sums, weights = np.bincount(index, weights=num), np.bincount(index, weights=den)
-    point = float(sums.sum() / weights.sum()) if weights.sum() > 0 else float("nan")
-    out: Dict[str, Any] = {"information": point}
-    if len(sums) < 2 or not weights.sum() > 0:
-        for level in levels:
-            out[f"ci_{level:g}"] = [point, point]
-        out["ci"] = out[f"ci_{levels[0]:g}"]
-        return out
-    rng = np.random.default_rng(seed)
-    p = np.full(len(sums), 1.0 / len(sums))
-    ratios = []
-    for start in range(0, reps, chunk):
-        counts = rng.multinomial(len(sums), p, size=min(chunk, reps - start)).astype(np.float64)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            ratios.append((counts @ sums) / (counts @ weights))
-    ratios = np.concatenate(ratios)
-    ratios = ratios[np.isfinite(ratios)]
-    for level in levels:
-        tail = 100.0 * (1.0 - level) / 2.0
-        low, high = np.percentile(ratios, [tail, 100.0 - tail])
-        out[f"ci_{level:g}"] = [float(low), float(high)]
-    out["ci"] = out[f"ci_{levels[0]:g}"]
     return out

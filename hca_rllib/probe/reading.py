@@ -155,7 +155,7 @@ def reading(result: Dict[str, Any], rows: Sequence[Dict[str, Any]]) -> Dict[str,
     return out
 
 
-def _detected(figure: Optional[Dict[str, Any]], fit: Optional[Dict[str, Any]] = None) -> bool:
+def detected(figure: Optional[Dict[str, Any]], fit: Optional[Dict[str, Any]] = None) -> bool:
     """Whether a figure's Bonferroni CI excludes 0 from above, from a classifier that beat
     its initial state (one that did not reads 0 by construction)."""
     return figure is not None and figure["ci_bonferroni"][0] > 0.0 and (fit is None or bool(fit["improved"]))
@@ -173,20 +173,20 @@ def reward_reading(result: Dict[str, Any]) -> Dict[str, Any]:
     pair, the return by its mean per decision."""
     window, ret, reward = result["window"], result["return"], result.get("reward")
     text = [f"Return over {window} steps: {_figure(ret['per_decision'], 'per decision')}."]
-    out: Dict[str, Any] = {"return_detected": _detected(ret["per_decision"], ret["fit"]), "reward_detected": False,
+    out: Dict[str, Any] = {"return_detected": detected(ret["per_decision"], ret["fit"]), "reward_detected": False,
                            "text": text}
     if reward is None:
         text.append(f"Reward outcome: no (decision, reward event) pair within {window} steps in the fit or held-out "
                     "episodes: nothing to measure (more steps, or a longer window).")
         return out
-    out["reward_detected"] = _detected(reward["per_pair"], reward["fit"])
+    out["reward_detected"] = detected(reward["per_pair"], reward["fit"])
     text.append(f"Reward outcome (each reward event r != 0 within {window} steps): "
                 f"{_figure(reward['per_pair'], 'per (decision, reward event) pair')}; "
                 f"{_figure(reward['per_decision'], 'per decision')}; reward-weighted "
                 f"{reward['reward_weighted']['information']:+.4f}.")
     delayed = reward.get("per_pair_delayed")
     if delayed is not None:
-        out["delayed_detected"] = _detected(delayed, reward["fit"])
+        out["delayed_detected"] = detected(delayed, reward["fit"])
         text.append(f"Delayed rewards only (k >= 1, the terms a per-reward credit estimator takes from h): "
                     f"{_figure(delayed, 'per pair')}.")
     d = result["reward_minus_return"]

@@ -10,7 +10,6 @@ import numpy as np
 from hca_rllib import credit
 from hca_rllib.probe.classifier import build_classifier, fit_classifier, log_q_taken
 from hca_rllib.probe.information import episode_end_information, horizon_estimate, where
-from hca_rllib.probe.rollouts import policy_record
 from hca_rllib.probe.settings import ProbeSettings, horizon_name
 from hca_rllib.probe.target import ProbeTarget
 
@@ -54,45 +53,19 @@ def measure_horizons(target: ProbeTarget, settings: ProbeSettings, data: Dict[st
     return per_horizon, pointwise_by_horizon
 
 
-def describe_run(target: ProbeTarget, settings: ProbeSettings, data: Dict[str, Any],
-                 split: Dict[str, np.ndarray]) -> Dict[str, Any]:
-    """The result's description of what ran: env, policy, settings, data and split."""
-    ep = data["episode_ids"]
-    return {
-        "env": target.env,
-        "env_config": dict(target.env_config or {}),
-        "policy": target.policy.description,
-        "gamma": settings.gamma,
-        "seed": settings.seed,
-        "threshold": settings.threshold,
-        "frame_stack": target.info.frame_stack,
-        "episodes": int(len(np.unique(ep))),
-        "decisions": int(len(ep)),
-        "steps_taken": int(data["steps"]),
-        "mean_episode_length": float(len(ep) / len(np.unique(ep))),
-        "mean_episode_return": float(np.mean(data["episode_returns"])),
-        "split": {"fit_episodes": split["fit_ids"].tolist(), "validation_episodes": split["validation_ids"].tolist(),
-                  "held_out_episodes": split["held_out_ids"].tolist(),
-                  "held_out_fraction": settings.held_out_fraction, "held_out_decisions": int(len(split["held_out"]))},
-    }
-
-
 def return_outcome(target: ProbeTarget, settings: ProbeSettings, data: Dict[str, Any],
-                   split: Dict[str, np.ndarray], say: Callable[[str], None],
-                   collect_s: float) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
-    """The return outcome's result (without its reading) and the held-out pointwise values."""
+                   split: Dict[str, np.ndarray], say: Callable[[str], None]
+                   ) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
+    """The return outcome's figures (the result's own part: `run_probe` adds what every
+    outcome's result holds, and the reading) and the held-out pointwise values."""
     per_horizon, pointwise = measure_horizons(target, settings, data, split, say)
     peak = max(per_horizon, key=lambda r: r["information"])
     held, ep = split["held_out"], data["episode_ids"]
     steps_to_end = credit.steps_to_episode_end(ep)[held]
-    result = describe_run(target, settings, data, split)
-    result.update({
+    result = {
         "horizons": per_horizon,
         "peak_horizon": peak["horizon"],
         "where": where(pointwise[peak["horizon"]], data, held),
         "episode_end": episode_end_information(per_horizon, pointwise, ep[held], steps_to_end),
-        "policy_record": policy_record(data),
-        "bound": BOUND,
-        "seconds": {"collect": collect_s, "total": None},
-    })
+    }
     return result, pointwise

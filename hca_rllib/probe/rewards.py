@@ -25,12 +25,9 @@ from typing import Any, Callable, Dict, Tuple
 
 import numpy as np
 
-from hca_rllib import credit
-from hca_rllib.probe.information import cluster_ratio_ci
+from hca_rllib import credit, stats
 from hca_rllib.probe.outcomes import (OutcomeRows, build_outcome_classifier, fit_outcome_classifier, outcome_features,
                                       pair_weights, reward_pairs, standardiser)
-from hca_rllib.probe.returns import describe_run
-from hca_rllib.probe.rollouts import policy_record
 from hca_rllib.probe.settings import ProbeSettings
 from hca_rllib.probe.target import ProbeTarget
 
@@ -46,12 +43,9 @@ BOUND = ("held-out mean of log h(a|s,u,k) - log pi(a|s) over (decision, reward e
 def estimate(values: np.ndarray, clusters: np.ndarray, weights=None, reps: int = 10_000) -> Dict[str, Any]:
     """Mean (or `weights`-weighted mean) with its 95% and Bonferroni CIs over episodes."""
     weights = np.ones(len(values)) if weights is None else weights
-    out = cluster_ratio_ci(np.asarray(values) * weights, weights, clusters, levels=(LEVEL, BONFERRONI_LEVEL),
-                           reps=reps)
-    out["ci_bonferroni"] = out.pop(f"ci_{BONFERRONI_LEVEL:g}")
-    out.pop(f"ci_{LEVEL:g}")
-    out["n"] = int(len(values))
-    return out
+    point, (ci, bonferroni) = stats.cluster_bootstrap_ratio_ci(np.asarray(values) * weights, weights, clusters,
+                                                               levels=(LEVEL, BONFERRONI_LEVEL), reps=reps)
+    return {"information": point, "ci": list(ci), "ci_bonferroni": list(bonferroni), "n": int(len(values))}
 
 
 def _fit_and_read(target: ProbeTarget, settings: ProbeSettings, rows: OutcomeRows, fit_rows, val_rows, held_rows,
@@ -101,8 +95,10 @@ def measure_window_return(target, settings, data, split) -> Tuple[np.ndarray, Di
     return _fit_and_read(target, settings, rows, split["fit"], split["validation"], split["held_out"], 1)
 
 
-def reward_estimates(settings: ProbeSettings, data, split, measured, pointwise) -> Dict[str, Any]:
-    """Per pair (all k; k >= 1), reward-weighted, per decision (all k; k >= 1) and per k."""
+def reward_estimates(settings: ProbeSettings, data, split, measured, pointwise
+                     ) -> Tuple[Dict[str, Any], np.ndarray]:
+    """Per pair (all k; k >= 1), reward-weighted, per decision (all k; k >= 1) and per k;
+    and the per-decision values (all k) on the held-out decisions."""
     pairs, held = measured["pairs"], measured["parts"]["held_out"]
     decision, k = pairs["decision"][held], pairs["k"][held]
     clusters = data["episode_ids"][decision]
@@ -113,10 +109,10 @@ def reward_estimates(settings: ProbeSettings, data, split, measured, pointwise) 
     out["reward_weighted"] = estimate(pointwise, clusters, weights=weights)
     rows = split["held_out"]
     position = np.searchsorted(rows, decision)  # held-out decision rows are sorted
-    for name, mask in (("per_decision", np.ones(len(k), bool)), ("per_decision_delayed", delayed)):
-        per_decision = np.bincount(position[mask], weights=pointwise[mask], minlength=len(rows))
-        out[name] = estimate(per_decision, data["episode_ids"][rows])
-        out[f"_{name}_values"] = per_decision
+    per_decision = np.bincount(position, weights=pointwise, minlength=len(rows))
+    out["per_decision"] = estimate(per_decision, data["episode_ids"][rows])
+    delayed_per_decision = np.bincount(position[delayed], weights=pointwise[delayed], minlength=len(rows))
+    out["per_decision_delayed"] = estimate(delayed_per_decision, data["episode_ids"][rows])
     out["per_k"] = []
     for lag in range(settings.window):
         members = k == lag
@@ -124,7 +120,7 @@ def reward_estimates(settings: ProbeSettings, data, split, measured, pointwise) 
             e = estimate(pointwise[members], clusters[members], reps=PER_K_REPS)
             out["per_k"].append({"k": lag, "pairs": int(members.sum()), "information": e["information"],
                                  "ci": e["ci"]})
-    return out
+    return out, per_decision
 
 
 def _reward_values(values: np.ndarray) -> Dict[str, Any]:
@@ -135,18 +131,19 @@ def _reward_values(values: np.ndarray) -> Dict[str, Any]:
 
 
 def reward_outcome(target: ProbeTarget, settings: ProbeSettings, data: Dict[str, Any], split: Dict[str, np.ndarray],
-                   say: Callable[[str], None], collect_s: float) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
-    """The reward outcome's result beside the `W`-step return's, and the held-out values."""
+                   say: Callable[[str], None]) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
+    """The reward outcome's figures beside the `W`-step return's (the result's own part:
+    `run_probe` adds what every outcome's result holds), and the held-out values."""
     measured, values = measure_reward_pairs(target, settings, data, split, say)
     return_pointwise, return_record = measure_window_return(target, settings, data, split)
     rows = split["held_out"]
-    result = describe_run(target, settings, data, split)
     pairs, parts = measured["pairs"], measured["parts"]
-    result.update({"outcome": "reward", "window": settings.window, "outcomes_tried": OUTCOMES_TRIED,
-                   "levels": {"ci": LEVEL, "ci_bonferroni": BONFERRONI_LEVEL},
-                   "pairs": {"total": int(len(pairs["k"])), **{part: int(len(r)) for part, r in parts.items()},
-                             "held_out_per_decision": float(len(parts["held_out"]) / max(len(rows), 1)),
-                             **_reward_values(data["rewards"][pairs["event"]])}})
+    result: Dict[str, Any] = {
+        "outcome": "reward", "window": settings.window, "outcomes_tried": OUTCOMES_TRIED,
+        "levels": {"ci": LEVEL, "ci_bonferroni": BONFERRONI_LEVEL},
+        "pairs": {"total": int(len(pairs["k"])), **{part: int(len(r)) for part, r in parts.items()},
+                  "held_out_per_decision": float(len(parts["held_out"]) / max(len(rows), 1)),
+                  **_reward_values(data["rewards"][pairs["event"]])}}
     returns = {"horizon": settings.window, "per_decision": estimate(return_pointwise, data["episode_ids"][rows]),
                "fit": return_record}
     result["return"] = returns
@@ -154,14 +151,10 @@ def reward_outcome(target: ProbeTarget, settings: ProbeSettings, data: Dict[str,
         result["reward"] = None
         say("reward outcome: no reward event in a held-out or fit window: nothing to measure")
     else:
-        reward = reward_estimates(settings, data, split, measured, values["pointwise"])
-        per_decision = reward.pop("_per_decision_values")
-        reward.pop("_per_decision_delayed_values")
+        reward, per_decision = reward_estimates(settings, data, split, measured, values["pointwise"])
         reward["fit"], reward["scale"] = measured["fit"], measured["scale"]
         result["reward"] = reward
         result["reward_minus_return"] = estimate(per_decision - return_pointwise, data["episode_ids"][rows])
         values["per_decision"] = per_decision
     values["return"] = return_pointwise
-    result.update({"policy_record": policy_record(data), "bound": BOUND,
-                   "seconds": {"collect": collect_s, "total": None}})
     return result, values

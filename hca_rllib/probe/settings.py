@@ -87,10 +87,6 @@ class ProbeSettings:
     def __post_init__(self) -> None:
         object.__setattr__(self, "horizons", tuple(self.horizons))
 
-    @property
-    def fit_settings(self) -> Dict[str, Any]:
-        return {**FIT, **(self.fit or {})}
-
     def validate(self) -> "ProbeSettings":
         """Raise `ProbeError` (one line) on the first bad field; returns self."""
         for name, low in (("episodes", MIN_EPISODES), ("max_steps", 1), ("num_envs", 1), ("window", 1)):
