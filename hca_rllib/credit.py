@@ -419,6 +419,104 @@ def credit_weights(
     }
 
 
+# --- The reward outcome (method note, section 2.8) -------------------------------------
+
+
+def _check_window(window) -> int:
+    if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 1:
+        raise ValueError(f"window must be an integer >= 1, got {window!r}")
+    return int(window)
+
+
+def window_rewards(rewards: torch.Tensor, chunks: torch.Tensor, window: int) -> torch.Tensor:
+    """`[N, window]`: entry `[t, k-1] = r_{t+k}` for `1 <= k <= window` where row `t+k` is
+    in `t`'s chunk (`chunks`: `chunk_ids`); 0 elsewhere. Same dtype as `rewards`."""
+    window = _check_window(window)
+    n = len(rewards)
+    out = rewards.new_zeros((n, window))
+    for k in range(1, min(window, n - 1) + 1):  # chunk ids never decrease: same id, same chunk
+        out[: n - k, k - 1] = torch.where(chunks[k:] == chunks[:-k], rewards[k:], torch.zeros_like(rewards[k:]))
+    return out
+
+
+def _in_window_returns64(window_rewards: torch.Tensor, gamma: float) -> torch.Tensor:
+    r = window_rewards.to(torch.float64)
+    total = r.new_zeros(r.shape[:-1])
+    for k in range(1, r.shape[-1] + 1):
+        total = total + r[..., k - 1] * (gamma ** k)
+    return total
+
+
+def in_window_returns(window_rewards: torch.Tensor, gamma: float) -> torch.Tensor:
+    """`S_t = sum_k gamma^k R[t, k-1]` (`[N]`, `R = window_rewards`): the in-window part of
+    the return, accumulated in float64 (k = 1, 2, ... in order), returned in `R`'s dtype
+    (float32 if it is not floating)."""
+    return _in_window_returns64(window_rewards, gamma).to(_out_dtype(window_rewards))
+
+
+def reward_outcome_weights(
+    *,
+    actions: torch.Tensor,
+    gae: torch.Tensor,
+    returns: torch.Tensor,
+    remainder_values: torch.Tensor,
+    window_rewards: torch.Tensor,
+    pi_probs: torch.Tensor,
+    h_probs: torch.Tensor,
+    gamma: float,
+    trust=None,
+    scale: float | torch.Tensor = 1.0,
+) -> Dict[str, torch.Tensor]:
+    """Per-action weights of the reward outcome: one hindsight classifier per later reward.
+
+    With `S_t = in_window_returns(window_rewards, gamma)` and the remainder
+    `R_t = Z_t - S_t` (`returns` = `Z_t`, `discounted_returns`):
+
+        W_reward[t, a] = onehot(a_t)[a] (R_t - Vrem(s_t))
+                         + scale sum_k gamma^k r_{t+k} (h_k(a|s_t, r_{t+k}) - pi(a|s_t))
+
+    `remainder_values` = `Vrem(s_t)`, the remainder's baseline (`V(s_t) - E[S_t|s_t]`);
+    `window_rewards` = `window_rewards(...)` (`[N, window]`); `h_probs`: `[N, window, A]`,
+    the classifier's `h_k(.|s_t, r_{t+k})`, read only where the reward is not 0 (elsewhere
+    anything, even not finite: a zero reward adds exactly nothing); `scale`: a float, a
+    scalar or one per step. Each `k` term is exactly 0 where `h_k == pi`. The trust `w`
+    (None: 1, the pure estimator; a scalar or one per step) blends toward A2C:
+    `W = (1 - w) gae_t onehot(a_t) + w W_reward`, A2C's weights exactly at `w = 0`.
+
+    Returns `weights` (`W`), `reward_weights` (`W_reward`), `advantages` (`W[t, a_t]`),
+    `in_window` (`S_t`) and `remainder` (`R_t`), in the inputs' floating dtype (computed in
+    float64).
+    """
+    num_actions = pi_probs.shape[-1]
+    if tuple(h_probs.shape) != (*window_rewards.shape, num_actions):
+        raise ValueError(f"h_probs must be [N, window, A] = {(*window_rewards.shape, num_actions)}, "
+                         f"got {tuple(h_probs.shape)}")
+    dtype = _out_dtype(gae, returns, remainder_values, window_rewards, pi_probs, h_probs)
+    in_window = _in_window_returns64(window_rewards, gamma)
+    remainder = returns.to(torch.float64) - in_window
+    weights_r = one_hot_weights(remainder - remainder_values.to(torch.float64), actions, num_actions)
+    powers = torch.tensor([gamma ** k for k in range(1, window_rewards.shape[-1] + 1)], dtype=torch.float64,
+                          device=window_rewards.device)
+    rewards = window_rewards.to(torch.float64)
+    deviation = torch.where((rewards != 0).unsqueeze(-1),
+                            h_probs.to(torch.float64) - pi_probs.to(torch.float64).unsqueeze(-2), 0.0)
+    hindsight = ((rewards * powers).unsqueeze(-1) * deviation).sum(-2)
+    scale = torch.as_tensor(scale, dtype=torch.float64, device=hindsight.device)
+    if scale.dim() == 1:  # one per step
+        scale = scale.unsqueeze(-1)
+    reward_weights = (weights_r + scale * hindsight).to(dtype)
+    w = None if trust is None else torch.as_tensor(trust, dtype=dtype, device=reward_weights.device)
+    if w is not None and w.dim() == 1:
+        w = w.unsqueeze(-1)
+    weights = blend_toward_a2c(one_hot_weights(gae.to(dtype), actions, num_actions), reward_weights, w)
+    return {
+        "weights": weights,
+        "reward_weights": reward_weights,
+        "advantages": weights.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1),
+        "in_window": in_window.to(dtype),
+        "remainder": remainder.to(dtype),
+    }
+
 # --- Diagnostics (method note, section 4) -------------------------------------------
 
 
