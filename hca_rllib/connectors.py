@@ -44,7 +44,8 @@ from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 from ray.rllib.utils.typing import EpisodeType
 
 from hca_rllib import compat, credit
-from hca_rllib.module import CREDIT_WEIGHTS, RETURNS
+from hca_rllib.module import (CREDIT_WEIGHTS, REMAINDER_TARGETS, REMAINDER_VALUES, RETURNS, WINDOW_REWARDS,
+                              hindsight_spec)
 
 # Key of the per-module `CreditState`s in the pipeline's `shared_data`.
 CREDIT_STATE = "hca_credit_state"
@@ -132,6 +133,14 @@ class CreditState:
     hindsight_logits: Optional[torch.Tensor] = None
     # The episode chunk of every real row (`credit.chunk_ids`), for the evidence trust.
     chunks: Optional[torch.Tensor] = None
+    # The reward outcome (else None): the remainder head's values and the window rewards
+    # (batch rows), the chunk of every batch row, and the (decision row, lag index) of
+    # each (decision, reward event) pair the classifier's rows stand for.
+    remainder_values: Optional[torch.Tensor] = None
+    window_rewards: Optional[torch.Tensor] = None
+    row_chunks: Optional[torch.Tensor] = None
+    pair_rows: Optional[torch.Tensor] = None
+    pair_lags: Optional[torch.Tensor] = None
     # Credit from the Learner's gradient pass: its latent and logits (with gradient), for
     # the classifier's forward with gradient, kept in `hindsight_logits_grad`.
     grad_latent: Optional[torch.Tensor] = None
@@ -159,7 +168,8 @@ class CreditState:
         return None if self.all_real else self.mask
 
     def probs(self):
-        """`(pi_probs, q_probs)`: the policy's and the classifier's probabilities."""
+        """`(pi_probs, q_probs)`: the policy's and the classifier's probabilities (the
+        classifier's per pair under the reward outcome)."""
         if self.pi_probs is None:
             self.pi_probs, self.q_probs = self.log_pi_all.exp(), self.log_q_all.exp()
         return self.pi_probs, self.q_probs
@@ -212,16 +222,26 @@ class ComputeReturnsAndAdvantages(_CreditPiece):
     """Returns `Z` (n-step, bootstrapped with `V` where a chunk was cut), GAE advantages
     and value targets, from one no-grad forward pass of the policy and value heads."""
 
+    def __init__(self, input_observation_space=None, input_action_space=None, *, config):
+        super().__init__(input_observation_space, input_action_space, config=config)
+        spec = hindsight_spec(config.hindsight)
+        self.window = spec.window if config.uses_hindsight and spec.outcome == "reward" else None
+
     def _process(self, module, b, states, module_id):
         obs = b[Columns.OBS]
         latent, logits = module.policy_outputs(obs)
-        values = module.compute_values({Columns.OBS: obs}, latent)
-        states[module_id] = self.from_outputs(b, latent, logits, values)
+        if self.window is None:
+            values, remainder = module.compute_values({Columns.OBS: obs}, latent), None
+        else:
+            values, remainder = module.values_and_remainder(obs, latent)
+        states[module_id] = self.from_outputs(b, latent, logits, values, remainder)
         return None
 
-    def from_outputs(self, b, latent, logits, values) -> CreditState:
+    def from_outputs(self, b, latent, logits, values, remainder_values=None) -> CreditState:
         """The returns, GAE and value targets (into `b`) from the policy's latent and
-        logits and the values of `b`'s rows, in either layout (`credit_steps`)."""
+        logits and the values of `b`'s rows, in either layout (`credit_steps`); with the
+        reward outcome also the window rewards and the remainder head's targets (into
+        `b`), from its values `remainder_values`."""
         config = self.config
         mask = b[Columns.LOSS_MASK].bool()
         steps = credit_steps(b, values)
@@ -232,12 +252,28 @@ class ComputeReturnsAndAdvantages(_CreditPiece):
             returns, gae = (values.new_zeros(len(mask)).index_copy_(0, steps.rows, x) for x in (returns, gae))
         b[Postprocessing.VALUE_TARGETS] = gae + values
         b[Postprocessing.ADVANTAGES] = gae
-        return CreditState(
+        state = CreditState(
             mask=mask, actions=b[Columns.ACTIONS].long(), policy_logits=logits,
             log_pi_all=torch.log_softmax(logits, dim=-1), values=values, returns=returns, gae=gae,
             policy_latent=latent, chunks=chunks,
             all_real=bool(mask.all()),
         )
+        if self.window is not None:
+            self._reward_outcome(b, state, steps, chunks, remainder_values)
+        return state
+
+    def _reward_outcome(self, b, state: CreditState, steps: "CreditSteps", chunks, remainder_values) -> None:
+        """The reward outcome's window rewards and remainder targets `Z_t - S_t` (into
+        `b`, on its rows), and the chunk of every row, onto `state`."""
+        window = credit.window_rewards(steps.rewards, chunks, self.window)
+        row_chunks = chunks
+        if steps.rows is not None:  # onto RLlib's rows: zeros (no reward events) on the artificial ones
+            window = window.new_zeros(len(state.mask), self.window).index_copy_(0, steps.rows, window)
+            row_chunks = chunks.new_zeros(len(state.mask)).index_copy_(0, steps.rows, chunks)
+        window = window.to(state.returns.dtype)
+        b[WINDOW_REWARDS] = window
+        b[REMAINDER_TARGETS] = state.returns - credit.in_window_returns(window, self.config.gamma)
+        state.window_rewards, state.row_chunks, state.remainder_values = window, row_chunks, remainder_values
 
 
 class CreditSteps(NamedTuple):
@@ -280,17 +316,26 @@ class ComputeHindsightLogProbs(_CreditPiece):
             return None
         s = self._state(states, module_id)
         obs = b[Columns.OBS]
-        s.finite = self._update_return_statistics(module, s.real(s.returns), s.real(s.values))
+        reward_outcome = s.window_rewards is not None
+        outcome = s.window_rewards if reward_outcome else s.returns
+        if reward_outcome:
+            s.pair_rows, s.pair_lags = module.outcome_pairs(outcome)
+            encoded = outcome[s.pair_rows, s.pair_lags]
+        else:
+            encoded = s.real(s.returns)
+        s.finite = self._update_return_statistics(module, encoded, s.real(s.values))
         if s.grad_latent is not None:
             # Credit from the Learner's gradient pass: the classifier's forward with
             # gradient, after the statistics update (as in the module's forward_train),
             # before any training on this batch: held-out all the same.
             with torch.enable_grad():
-                s.hindsight_logits_grad = module.hindsight_logits(obs, s.grad_latent, s.grad_logits, s.returns)
+                s.hindsight_logits_grad = module.hindsight_logits(obs, s.grad_latent, s.grad_logits, outcome)
             s.hindsight_logits = s.hindsight_logits_grad.detach()
         else:
-            s.hindsight_logits = module.hindsight_logits(obs, s.policy_latent, s.policy_logits, s.returns)
+            s.hindsight_logits = module.hindsight_logits(obs, s.policy_latent, s.policy_logits, outcome)
         s.log_q_all = torch.log_softmax(s.hindsight_logits, dim=-1)
+        if reward_outcome:
+            return self._pair_diagnostics(s)
         s.log_pi_taken = log_pi = s.log_pi_all.gather(-1, s.actions.unsqueeze(-1)).squeeze(-1)
         s.log_q_taken = log_q = s.log_q_all.gather(-1, s.actions.unsqueeze(-1)).squeeze(-1)
         s.finite = s.finite and bool(torch.isfinite(s.real(s.log_q_all)).all())
@@ -301,6 +346,21 @@ class ComputeHindsightLogProbs(_CreditPiece):
             "hindsight/accuracy": credit.argmax_accuracy(s.hindsight_logits, s.actions, mask),
             "policy/accuracy": credit.argmax_accuracy(s.policy_logits, s.actions, mask),
         }
+
+    @staticmethod
+    def _pair_diagnostics(s: CreditState) -> Dict[str, Any]:
+        """The reward outcome's held-out diagnostics, over its (decision, reward event)
+        pairs (every pair row is real)."""
+        actions = s.actions[s.pair_rows].unsqueeze(-1)
+        s.log_q_taken = s.log_q_all.gather(-1, actions).squeeze(-1)
+        s.log_pi_taken = s.log_pi_all[s.pair_rows].gather(-1, actions).squeeze(-1)
+        s.finite = s.finite and bool(torch.isfinite(s.log_q_all).all())
+        out = {"info/reward_events": float(len(s.pair_rows)),
+               "policy/accuracy": credit.argmax_accuracy(s.policy_logits, s.actions, s.diagnostic_mask)}
+        if len(s.pair_rows):
+            out["info/mutual_information"] = credit.mutual_information(s.log_q_taken, s.log_pi_taken)
+            out["hindsight/accuracy"] = credit.argmax_accuracy(s.hindsight_logits, actions.squeeze(-1))
+        return out
 
     @staticmethod
     def _update_return_statistics(module, real_returns, real_values) -> bool:
@@ -341,6 +401,10 @@ class ComputeCreditWeights(_CreditPiece):
             return None
         diagnostics: Dict[str, Any] = {}
         trust, scale = self._trust(module, s, diagnostics)
+        if s.window_rewards is not None:
+            s.parts = self._reward_outcome_weights(s, trust, scale)
+            self._write(b, s)
+            return diagnostics
         pi_probs, q_probs = s.probs() if config.credit == "expected_hca" else (None, None)
         s.parts = credit.credit_weights(
             config.credit,
@@ -352,6 +416,21 @@ class ComputeCreditWeights(_CreditPiece):
         diagnostics.update(self._diagnostics(s))
         return diagnostics
 
+    def _reward_outcome_weights(self, s: CreditState, trust, scale) -> Dict[str, torch.Tensor]:
+        """The reward outcome's weights (`credit.reward_outcome_weights`; `a2c`: A2C's,
+        the classifier trained beside it for its diagnostics)."""
+        num_actions = s.log_pi_all.shape[-1]
+        if self.config.credit == "a2c":
+            return {"advantages": s.gae, "weights": credit.one_hot_weights(s.gae, s.actions, num_actions)}
+        pi_probs, h_pairs = s.probs()
+        # h_k for every (row, lag); pi where there is no reward event (weight 0 there).
+        h_probs = pi_probs.unsqueeze(1).expand(-1, s.window_rewards.shape[1], -1).clone()
+        h_probs[s.pair_rows, s.pair_lags] = h_pairs
+        return credit.reward_outcome_weights(
+            actions=s.actions, gae=s.gae, returns=s.returns, remainder_values=s.remainder_values,
+            window_rewards=s.window_rewards, pi_probs=pi_probs, h_probs=h_probs, gamma=self.config.gamma,
+            trust=trust, scale=scale)
+
     @staticmethod
     def _write(b, s: CreditState) -> None:
         b[CREDIT_WEIGHTS] = s.parts["weights"]
@@ -361,8 +440,7 @@ class ComputeCreditWeights(_CreditPiece):
         """`(trust, scale)`: trust None (the pure estimator) or a scalar tensor."""
         if self.config.trust is None:
             return None, 1.0
-        pi_probs, q_probs = s.probs()
-        evidence = credit.calibration_evidence(s.real(s.actions), s.real(pi_probs), s.real(q_probs), s.chunks)
+        evidence = self._evidence(s)
         # The trust applied to this batch comes from the batches before it: evidence that
         # includes this batch would favour a noise classifier exactly where its deviations
         # happen to point at this batch's actions. This batch's evidence serves the next.
@@ -378,6 +456,18 @@ class ComputeCreditWeights(_CreditPiece):
             "credit/decision_trust": trust["trust"],
         })
         return trust["trust"], (trust["scale"] if self.config.credit == "expected_hca" else 1.0)
+
+    @staticmethod
+    def _evidence(s: CreditState) -> torch.Tensor:
+        """This batch's `credit.calibration_evidence`: per decision under the return
+        outcome; per (decision, reward event) pair under the reward outcome, the chunks
+        holding a reward event its units."""
+        pi_probs, q_probs = s.probs()
+        if s.pair_rows is None:
+            return credit.calibration_evidence(s.real(s.actions), s.real(pi_probs), s.real(q_probs), s.chunks)
+        rows = s.pair_rows
+        units = torch.unique(s.row_chunks[rows], return_inverse=True)[1]
+        return credit.calibration_evidence(s.actions[rows], pi_probs[rows], q_probs, units)
 
     def _update_evidence(self, module, evidence, finite: bool) -> None:
         """Fold this batch's evidence (summed over learner ranks) into the accumulated

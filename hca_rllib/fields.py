@@ -50,6 +50,10 @@ OTHER_FIELDS = (*PATH_FIELDS, "frame_stack")
 # The training fields a user sets, each counted (each option of `hindsight` too).
 FIELD_COUNT = len(HCA_TRAINING_DEFAULTS) - 1 + len(HINDSIGHT_DEFAULTS) + len(OTHER_FIELDS)
 
+# The credit modes the reward outcome takes: its estimator is the all-action one (method
+# note, section 2.8); `a2c` trains its classifier beside A2C for the diagnostics.
+REWARD_OUTCOME_CREDIT_MODES = ("a2c", "expected_hca")
+
 # The largest count (batch sizes, envs, epochs, seeds) taken: beyond it a value is a typo.
 MAX_COUNT = 2**31 - 1
 MAX_FRAME_STACK = 1024
@@ -245,6 +249,10 @@ def config_errors(config):
         if error:
             yield error
     yield from filter(None, [hindsight_error(config.hindsight)])
+    if isinstance(config.hindsight, dict) and config.hindsight.get("outcome") == "reward" \
+            and config.credit not in REWARD_OUTCOME_CREDIT_MODES:
+        yield (f"hindsight.outcome='reward' takes credit in {list(REWARD_OUTCOME_CREDIT_MODES)} "
+               f"(its weights are all-action), got credit={config.credit!r}")
     if config.credit != "a2c" and config.hindsight_loss_coeff == 0 and config.hindsight_epochs == 0:
         yield (f"credit={config.credit!r} needs a trained classifier: hindsight_loss_coeff "
                f"must be > 0 (or hindsight_epochs >= 1), got 0")

@@ -45,7 +45,7 @@ from ray.rllib.utils.typing import ModuleID, ParamDict, TensorType
 
 from hca_rllib import credit
 from hca_rllib.connectors import CreditState, credit_pieces, is_distributed, num_learner_ranks
-from hca_rllib.module import CREDIT_WEIGHTS, HINDSIGHT_LOGITS, RETURNS
+from hca_rllib.module import CREDIT_WEIGHTS, HINDSIGHT_LOGITS, REMAINDER_TARGETS, REMAINDER_VALUES
 
 logger = logging.getLogger(__name__)
 
@@ -145,9 +145,11 @@ class HCATorchLearner(TorchLearner):
             first.run(module, module_batch, states, module_id, self.metrics)
         else:
             latent, logits = fwd_out[Columns.EMBEDDINGS], fwd_out[Columns.ACTION_DIST_INPUTS]
+            remainder = fwd_out.get(REMAINDER_VALUES)
             with torch.no_grad():
                 state = first.from_outputs(module_batch, latent.detach(), logits.detach(),
-                                           fwd_out[Columns.VF_PREDS].detach())
+                                           fwd_out[Columns.VF_PREDS].detach(),
+                                           None if remainder is None else remainder.detach())
             state.grad_latent, state.grad_logits = latent, logits
             states[module_id] = state
         for piece in rest:
@@ -216,6 +218,10 @@ class HCATorchLearner(TorchLearner):
         values = fwd_out[Columns.VF_PREDS]
         targets = batch[Postprocessing.VALUE_TARGETS]
         vf_loss = _masked_mean((values - targets) ** 2, mask)
+        remainder_loss = None
+        if REMAINDER_TARGETS in batch:  # the reward outcome's remainder head, a value head too
+            remainder_loss = _masked_mean((fwd_out[REMAINDER_VALUES] - batch[REMAINDER_TARGETS]) ** 2, mask)
+            vf_loss = vf_loss + remainder_loss
         total = policy_loss + config.vf_loss_coeff * vf_loss - config.entropy_coeff * entropy
         if self._extra_passes:
             # The policy before this update's step: what the extra classifier passes fit.
@@ -229,8 +235,12 @@ class HCATorchLearner(TorchLearner):
             "vf_explained_var": credit.explained_variance(targets, values, mask),
             "advantage_mean": _masked_mean(batch[Postprocessing.ADVANTAGES], mask),
         }
+        if remainder_loss is not None:
+            metrics["remainder_vf_loss"] = remainder_loss
         if HINDSIGHT_LOGITS in fwd_out:
-            classifier_loss = hindsight_loss(fwd_out[HINDSIGHT_LOGITS], actions, mask)
+            rows, _ = self.module[module_id].unwrapped().outcome_pairs(batch[self._outcome_column(module_id)])
+            classifier_loss = (hindsight_loss(fwd_out[HINDSIGHT_LOGITS], actions, mask) if rows is None
+                               else hindsight_loss(fwd_out[HINDSIGHT_LOGITS], actions[rows], mask[rows]))
             total = total + config.hindsight_loss_coeff * classifier_loss
             metrics["hindsight_loss"] = classifier_loss
         metrics["total_loss"] = total
@@ -254,6 +264,9 @@ class HCATorchLearner(TorchLearner):
         self.metrics.log_value((ALL_MODULES, NUM_SKIPPED_UPDATES), 0, reduce="lifetime_sum")
         super().apply_gradients(gradients_dict)
         self._pass_batches.extend(step)
+
+    def _outcome_column(self, module_id) -> str:
+        return self.module[module_id].unwrapped().outcome_column
 
     # --- the extra classifier passes ----------------------------------------------------
 
@@ -284,7 +297,11 @@ class HCATorchLearner(TorchLearner):
         actions = batch[Columns.ACTIONS].long().unsqueeze(-1)
         optimizer = self.get_optimizer(module_id, HINDSIGHT_OPTIMIZER)
         params = [p for group in optimizer.param_groups for p in group["params"]]
-        obs, returns = batch[Columns.OBS], batch[RETURNS]
+        obs, outcome = batch[Columns.OBS], batch[module.outcome_column]
+        rows, _ = module.outcome_pairs(outcome)
+        # One classifier row per (decision, outcome) pair: the decisions' rows.
+        pair_actions, pair_mask, pair_logits = ((actions, mask, logits) if rows is None
+                                                else (actions[rows], mask[rows], logits[rows]))
         # What every pass would recompute the same (the classifier's input under a shared
         # torso, the loss's real rows): once. Same ops on the same values as
         # `hindsight_logits` and `hindsight_loss`: the same weights, bitwise
@@ -292,15 +309,15 @@ class HCATorchLearner(TorchLearner):
         inputs = None
         if module.hindsight_spec.torso != "separate":
             with torch.no_grad():
-                inputs = module.hindsight_input(obs, latent, returns)
-        loss_of = pass_loss(actions, mask)
+                inputs = module.hindsight_input(obs, latent, outcome)
+        loss_of = pass_loss(pair_actions, pair_mask)
         last = None
         for _ in range(self.config.hindsight_epochs):
             optimizer.zero_grad(set_to_none=True)
             if inputs is None:
-                hindsight_logits = module.hindsight_logits(obs, latent, logits, returns)
+                hindsight_logits = module.hindsight_logits(obs, latent, logits, outcome)
             else:
-                hindsight_logits = module.hindsight_head(inputs, logits)
+                hindsight_logits = module.hindsight_head(inputs, pair_logits)
             loss = loss_of(hindsight_logits)
             loss.backward()
             grads = [p.grad for p in params if p.grad is not None]

@@ -36,6 +36,13 @@ RETURNS = "returns"
 HINDSIGHT_LOGITS = "hindsight_logits"
 # Per-action policy-gradient weights W[t, a] (`credit.credit_weights`), a train-batch column.
 CREDIT_WEIGHTS = "credit_weights"
+# The reward outcome's train-batch columns: the rewards r_{t+k} of each step's window
+# (`credit.window_rewards`, [B, window]; the classifier's outcome), and the value targets
+# of the remainder head, `Z_t - S_t` (the return less the in-window rewards).
+WINDOW_REWARDS = "hca_window_rewards"
+REMAINDER_TARGETS = "hca_remainder_targets"
+# Forward-output key of the remainder head's values, V_rem(s_t) = V(s_t) - E[S_t | s_t].
+REMAINDER_VALUES = "hca_remainder_values"
 
 # Nature DQN torso (Mnih et al. 2015), valid padding: 84x84 -> 20 -> 9 -> 7, 3136 wide.
 NATURE_CNN_FILTERS = [[32, 8, 4, "valid"], [64, 4, 2, "valid"], [64, 3, 1, "valid"]]
@@ -61,6 +68,14 @@ class HindsightSpec:
     torso: str = "shared_detached"
     # Hidden layers of f.
     hiddens: Tuple[int, ...] = (128, 128)
+    # What the classifier conditions on (method note, sections 2.5 and 2.8): `return`, the
+    # return Z_t of each step (one classifier input per step); `reward`, each nonzero
+    # reward r_{t+k} of the next `window` steps of the chunk, with its lag k (one input
+    # per (step, reward event) pair: `h_k(a | s_t, r_{t+k}, k)`).
+    outcome: str = "return"
+    # The reward outcome's credit window: the lags k = 1..window whose rewards the
+    # classifier credits (rewards beyond it, and the bootstrap, are sampled as in A2C).
+    window: int = 32
 
     def as_dict(self) -> Dict[str, Any]:
         """The options as the config holds them (JSON values: `hiddens` a list)."""
@@ -72,7 +87,10 @@ HINDSIGHT_CHOICES = {
     "parameterization": ("policy_relative", "independent"),
     "return_encoding": ("standardize", "symlog"),
     "torso": ("shared_detached", "shared", "separate"),
+    "outcome": ("return", "reward"),
 }
+# The longest reward-outcome window taken (the classifier's lag code is this wide).
+MAX_WINDOW = 4096
 HINDSIGHT_DEFAULTS: Dict[str, Any] = HindsightSpec().as_dict()
 # Options of 0.1.0's classifier that are gone: option -> (the default, whose behaviour
 # stays; what there is instead). A checkpoint holding the default loads as before.
@@ -151,6 +169,9 @@ def hindsight_error(options: Any) -> Optional[str]:
     if not isinstance(hiddens, (list, tuple)) or any(
             isinstance(h, bool) or not isinstance(h, numbers.Integral) or h < 1 for h in hiddens):
         return f"hindsight.hiddens must be a list of layer sizes (integers >= 1), got {hiddens!r}"
+    window = options.get("window", HINDSIGHT_DEFAULTS["window"])
+    if isinstance(window, bool) or not isinstance(window, numbers.Integral) or not 1 <= window <= MAX_WINDOW:
+        return f"hindsight.window must be an integer in [1, {MAX_WINDOW}], got {window!r}"
     return None
 
 
@@ -168,7 +189,8 @@ def hindsight_spec(options: Optional[Dict[str, Any]]) -> HindsightSpec:
     error = hindsight_error(options)
     if error:
         raise ValueError(error)
-    return HindsightSpec(**{**options, "hiddens": tuple(options.get("hiddens", HindsightSpec.hiddens))})
+    return HindsightSpec(**{**options, "hiddens": tuple(options.get("hiddens", HindsightSpec.hiddens)),
+                            "window": int(options.get("window", HindsightSpec.window))})
 
 
 def is_image_space(space: gym.Space) -> bool:
@@ -333,7 +355,7 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
 
         # Plain A2C (`uses_hindsight` False) builds no classifier: no dead parameters
         # (which DistributedDataParallel would reject) and smaller checkpoints.
-        self.hindsight = self.hindsight_torso = self.return_encoder = None
+        self.hindsight = self.hindsight_torso = self.return_encoder = self.remainder_vf = None
         if not config.get("uses_hindsight", True):
             return
         h = self.hindsight_spec
@@ -346,7 +368,15 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
         self.register_buffer("trust", torch.zeros(()))
         self.register_buffer("trust_evidence", torch.zeros(1, 4))
         h_width = (self.hindsight_torso or self.pi_torso).output_dim
-        self.hindsight = _mlp(h_width + self.return_encoder.output_dim, list(h.hiddens), num_actions)
+        # The reward outcome adds the lag k, one-hot over the window, and the remainder's
+        # value head (its baseline, method note section 2.8).
+        self.remainder_vf = None
+        outcome_width = self.return_encoder.output_dim
+        if h.outcome == "reward":
+            outcome_width += h.window
+            self.remainder_vf = nn.Linear(vf_width, 1)
+            _orthogonal_init(self.remainder_vf, 1.0)
+        self.hindsight = _mlp(h_width + outcome_width, list(h.hiddens), num_actions)
         _orthogonal_init(self.hindsight, math.sqrt(2))
         final = self.hindsight[-1]
         if h.parameterization == "policy_relative":
@@ -359,7 +389,7 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
     @override(InferenceOnlyAPI)
     def get_non_inference_attributes(self) -> List[str]:
         return ["vf_torso", "vf", "hindsight_torso", "return_encoder", "hindsight", "trust",
-                "trust_evidence"]
+                "trust_evidence", "remainder_vf"]
 
     # --- forward passes ---------------------------------------------------------------
 
@@ -369,7 +399,8 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
 
     @override(RLModule)
     def _forward_train(self, batch: Dict[str, Any], **kwargs) -> Dict[str, Any]:
-        """Policy logits, values and, when the batch carries returns, hindsight logits.
+        """Policy logits, values, the remainder head's values (reward outcome) and, when
+        the batch carries the classifier's outcome (`outcome_column`), hindsight logits.
 
         Everything the loss differentiates goes through this one call, so that
         DistributedDataParallel sees every parameter in its forward pass.
@@ -377,21 +408,53 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
         obs = batch[Columns.OBS]
         policy_latent = self.pi_torso(obs)
         logits = self.pi(policy_latent)
+        values, remainder = self._values_and_remainder(obs, policy_latent)
         out = {
             Columns.ACTION_DIST_INPUTS: logits,
             Columns.EMBEDDINGS: policy_latent,
-            Columns.VF_PREDS: self._values(obs, policy_latent),
+            Columns.VF_PREDS: values,
         }
-        if RETURNS in batch and self.hindsight is not None:
-            out[HINDSIGHT_LOGITS] = self.hindsight_logits(obs, policy_latent, logits, batch[RETURNS])
+        if remainder is not None:
+            out[REMAINDER_VALUES] = remainder
+        if self.hindsight is not None and self.outcome_column in batch:
+            out[HINDSIGHT_LOGITS] = self.hindsight_logits(obs, policy_latent, logits, batch[self.outcome_column])
         return out
 
-    def _values(self, obs: torch.Tensor, policy_latent: Optional[torch.Tensor]) -> torch.Tensor:
+    def _value_latent(self, obs: torch.Tensor, policy_latent: Optional[torch.Tensor]) -> torch.Tensor:
         if self.vf_torso is not None:
-            latent = self.vf_torso(obs)
-        else:
-            latent = self.pi_torso(obs) if policy_latent is None else policy_latent
-        return self.vf(latent).squeeze(-1)
+            return self.vf_torso(obs)
+        return self.pi_torso(obs) if policy_latent is None else policy_latent
+
+    def _values(self, obs: torch.Tensor, policy_latent: Optional[torch.Tensor]) -> torch.Tensor:
+        return self.vf(self._value_latent(obs, policy_latent)).squeeze(-1)
+
+    def _values_and_remainder(self, obs, policy_latent):
+        """`V(s)` and, with the reward outcome, the remainder head's `V_rem(s)` (else None),
+        from one value latent."""
+        latent = self._value_latent(obs, policy_latent)
+        remainder = None if self.remainder_vf is None else self.remainder_vf(latent).squeeze(-1)
+        return self.vf(latent).squeeze(-1), remainder
+
+    def values_and_remainder(self, obs: torch.Tensor, policy_latent: Optional[torch.Tensor] = None):
+        """`(V(s), V_rem(s))` (`V_rem` None without the reward outcome), training module only."""
+        self._require_training_module("values_and_remainder")
+        return self._values_and_remainder(obs, policy_latent)
+
+    @property
+    def outcome_column(self) -> str:
+        """The train-batch column holding the classifier's outcome: `RETURNS` (return
+        outcome) or `WINDOW_REWARDS` (reward outcome)."""
+        return WINDOW_REWARDS if self.hindsight_spec.outcome == "reward" else RETURNS
+
+    def outcome_pairs(self, outcome: torch.Tensor):
+        """`(rows, lags)` of the classifier's (decision, outcome) pairs: `(None, None)` under
+        the return outcome (one pair per row, in row order); under the reward outcome the
+        row `t` and lag index `k - 1` of every nonzero entry of the window rewards
+        `outcome` ([B, window]), in row-major order."""
+        if self.hindsight_spec.outcome != "reward":
+            return None, None
+        index = outcome.nonzero()
+        return index[:, 0], index[:, 1]
 
     def policy_outputs(self, obs: torch.Tensor):
         """`(latent, logits)` of the policy for a batch of observations."""
@@ -403,20 +466,25 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
         obs: torch.Tensor,
         policy_latent: torch.Tensor,
         policy_logits: torch.Tensor,
-        returns: torch.Tensor,
+        outcome: torch.Tensor,
     ) -> torch.Tensor:
-        """Logits of `q(a | s, Z)` from the policy's latent and logits (`policy_outputs`)
-        and the returns `Z` (training module only)."""
+        """Logits of the classifier from the policy's latent and logits (`policy_outputs`)
+        and the outcome (training module only): `q(a | s_t, Z_t)` per row for the returns
+        `Z` ([B]); `h_k(a | s_t, r_{t+k}, k)` per pair (`outcome_pairs`) for the window
+        rewards ([B, window])."""
         self._require_training_module("hindsight_logits")
-        return self.hindsight_head(self.hindsight_input(obs, policy_latent, returns), policy_logits)
+        rows, _ = self.outcome_pairs(outcome)
+        return self.hindsight_head(self.hindsight_input(obs, policy_latent, outcome),
+                                   policy_logits if rows is None else policy_logits[rows])
 
     def hindsight_input(self, obs: torch.Tensor, policy_latent: torch.Tensor,
-                        returns: torch.Tensor) -> torch.Tensor:
-        """The input of the classifier's head f: its latent (the policy's, or under
-        `torso="separate"` its own torso's) beside the encoded returns. Under a shared
-        torso it depends on the head's parameters not at all, so that passes which step
-        only the head on fixed inputs can compute it once (`HCATorchLearner`'s extra
-        passes)."""
+                        outcome: torch.Tensor) -> torch.Tensor:
+        """The input of the classifier's head f, one row per pair (`outcome_pairs`): its
+        latent (the policy's, or under `torso="separate"` its own torso's) beside the
+        encoded return, or beside the encoded reward and its lag (one-hot). Under a
+        shared torso it depends on the head's parameters not at all, so that passes
+        which step only the head on fixed inputs can compute it once
+        (`HCATorchLearner`'s extra passes)."""
         torso = self.hindsight_spec.torso
         if torso == "separate":
             latent = self.hindsight_torso(obs)
@@ -424,7 +492,11 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
             latent = policy_latent.detach()
         else:
             latent = policy_latent
-        return torch.cat([latent, self.return_encoder(returns)], dim=-1)
+        rows, lags = self.outcome_pairs(outcome)
+        if rows is None:
+            return torch.cat([latent, self.return_encoder(outcome)], dim=-1)
+        lag_code = torch.nn.functional.one_hot(lags, self.hindsight_spec.window).to(latent.dtype)
+        return torch.cat([latent[rows], self.return_encoder(outcome[rows, lags]), lag_code], dim=-1)
 
     def hindsight_head(self, inputs: torch.Tensor, policy_logits: torch.Tensor) -> torch.Tensor:
         """The classifier's logits from `hindsight_input`'s output and the policy's logits."""
@@ -440,7 +512,8 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
     # --- analysis ---------------------------------------------------------------------
 
     def hindsight_log_probs(self, batch: Dict[str, Any], returns: torch.Tensor) -> torch.Tensor:
-        """`log q(a | s, Z)` for every action: Tensor[B, num_actions]."""
+        """`log q(a | s, Z)` for every action: Tensor[B, num_actions] (under the reward
+        outcome, `returns` are the window rewards and the rows are `outcome_pairs`')."""
         self._require_training_module("hindsight_log_probs")
         obs = batch[Columns.OBS]
         latent, logits = self.policy_outputs(obs)
@@ -458,7 +531,8 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
                 f"hindsight_loss_coeff=0 builds none)")
 
     def update_return_statistics(self, returns: torch.Tensor) -> None:
-        """Merge `returns` (Z) into the return encoder's running statistics."""
+        """Merge `returns` (Z; under the reward outcome, the reward events r_{t+k}) into
+        the outcome encoder's running statistics."""
         self.return_encoder.update(returns)
 
     @torch.no_grad()

@@ -20,12 +20,12 @@ from hca_rllib import A2CConfig, HCAConfig, credit
 from hca_rllib.connectors import BOOTSTRAP_VALUES, DEFAULT_LEARNER_PATH, LEARNER_PATHS, credit_steps
 from hca_rllib.paths import default_paths
 from hca_rllib.learner import all_finite
-from hca_rllib.module import CREDIT_WEIGHTS, RETURNS
+from hca_rllib.module import CREDIT_WEIGHTS, REMAINDER_TARGETS, RETURNS, WINDOW_REWARDS
 
 MID = "default_policy"
 NUM_ACTIONS = 3
 COLUMNS = (Postprocessing.VALUE_TARGETS, Postprocessing.ADVANTAGES, CREDIT_WEIGHTS, RETURNS,
-           Columns.ACTIONS, Columns.REWARDS)
+           Columns.ACTIONS, Columns.REWARDS, WINDOW_REWARDS, REMAINDER_TARGETS)
 ATOL = 1e-6
 
 # (length, lookback, terminated, truncated): a chunk continuing an earlier fragment and
@@ -55,7 +55,7 @@ def make_episodes(seed: int, frames: int = 1, chunks=CHUNKS):
             obs = [rng.integers(0, 256, (6, 6, 1)).astype(np.uint8) for _ in range(n + 1)]
         episode = SingleAgentEpisode(
             observations=obs, actions=[int(a) for a in rng.integers(0, NUM_ACTIONS, n)],
-            rewards=[float(r) for r in rng.normal(size=n)], terminated=terminated, truncated=truncated,
+            rewards=[float(r) * (rng.random() < 0.6) for r in rng.normal(size=n)], terminated=terminated, truncated=truncated,
             len_lookback_buffer=lookback, observation_space=raw, action_space=action_space)
         episode.to_numpy()
         episodes.append(episode)
@@ -77,6 +77,12 @@ def make_config(case: str, frames: int = 1):
         hindsight = {"hiddens": [16], "torso": "shared", "return_encoding": "symlog"}
     elif case == "c2a2c_options":
         config = HCAConfig().training(credit="c2a2c", c2a2c_delta=0.01)
+    elif case == "reward_outcome":  # one classifier input per (step, reward event), window 3
+        config = HCAConfig().training(credit="expected_hca", hindsight_epochs=2, gamma=0.9)
+        hindsight = {"hiddens": [16], "outcome": "reward", "window": 3}
+    elif case == "reward_outcome_a2c":  # A2C's update, the reward classifier beside it
+        config = A2CConfig().training(hindsight_loss_coeff=1.0)
+        hindsight = {"hiddens": [16], "outcome": "reward", "window": 5, "torso": "separate"}
     else:
         raise ValueError(case)
     config = config.training(hindsight=hindsight, hindsight_lr=3e-3, lr=3e-3)
@@ -86,7 +92,8 @@ def make_config(case: str, frames: int = 1):
     return config
 
 
-CASES = ["a2c", "a2c_classifier", "hca", "c2a2c", "expected_hca", "hca_options", "c2a2c_options"]
+CASES = ["a2c", "a2c_classifier", "hca", "c2a2c", "expected_hca", "hca_options", "c2a2c_options", "reward_outcome",
+         "reward_outcome_a2c"]
 
 
 class Recorder:
@@ -163,7 +170,7 @@ def test_both_paths_compute_the_same_update(case):
         # The lean batch has no artificial rows; RLlib's one row more per chunk.
         assert a["rows"] == real and b["rows"] == real + len(CHUNKS)
         assert set(a) == set(b)
-        assert (RETURNS in a) == config.uses_hindsight
+        assert (RETURNS in a or WINDOW_REWARDS in a) == config.uses_hindsight
         for key in set(a) - {"rows"}:
             assert_same(a[key], b[key], f"update {update}: {key}")
     for update, (ga, gb) in enumerate(zip(lean_rec.grads, rllib_rec.grads)):
@@ -198,7 +205,7 @@ def test_both_paths_agree_with_stacked_frames(case):
         assert_same(tensor, module_state(rllib)[name], name)
 
 
-@pytest.mark.parametrize("case", ["a2c", "hca_options", "expected_hca"])
+@pytest.mark.parametrize("case", ["a2c", "hca_options", "expected_hca", "reward_outcome"])
 def test_several_epochs_fix_the_credit_before_the_first_step(case):
     # Two full-batch steps on each batch: the lean path computes the credit once, with
     # a no-grad pass before the first step (the weights change between the steps), as

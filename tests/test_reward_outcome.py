@@ -1,0 +1,178 @@
+"""The reward outcome (`hindsight={"outcome": "reward", "window": W}`) in the module, the
+config and the learner: one classifier row per (decision, reward event) pair, the
+remainder's value head, the weights of `credit.reward_outcome_weights` on the batch, and
+A2C's weights exactly while the trust is 0. The estimator's maths: tests/test_reward_credit.py;
+both learner paths on the same episodes: tests/test_learner_path.py."""
+
+from __future__ import annotations
+
+import copy
+
+import gymnasium
+import numpy as np
+import pytest
+import torch
+
+from ray.rllib.core.columns import Columns
+from ray.rllib.evaluation.postprocessing import Postprocessing
+
+from hca_rllib import A2CConfig, HCAConfig, credit
+from hca_rllib.module import (CREDIT_WEIGHTS, HINDSIGHT_LOGITS, REMAINDER_TARGETS, REMAINDER_VALUES, RETURNS,
+                              WINDOW_REWARDS, HCATorchRLModule)
+
+from test_learner_path import MID, NUM_ACTIONS, Recorder, build, make_episodes
+
+OBS = gymnasium.spaces.Box(-1.0, 1.0, (4,), np.float32)
+WINDOW = 3
+
+
+def make_module(inference_only=False, **hindsight):
+    torch.manual_seed(0)
+    return HCATorchRLModule(observation_space=OBS, action_space=gymnasium.spaces.Discrete(NUM_ACTIONS),
+                            inference_only=inference_only,
+                            model_config={"hindsight": {"outcome": "reward", "window": WINDOW, "hiddens": [8],
+                                                        **hindsight}})
+
+
+def window_batch(n=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    obs = torch.rand(n, 4, generator=g) * 2 - 1
+    window = torch.zeros(n, WINDOW)
+    window[0, 0], window[0, 2], window[3, 1], window[5, 0] = 1.0, -2.0, 0.5, 3.0
+    return obs, window
+
+
+# --------------------------------------------------------------------------- module
+
+
+def test_one_classifier_row_per_reward_event_with_its_reward_and_lag():
+    module = make_module()
+    obs, window = window_batch()
+    rows, lags = module.outcome_pairs(window)
+    assert rows.tolist() == [0, 0, 3, 5] and lags.tolist() == [0, 2, 1, 0]
+    latent, logits = module.policy_outputs(obs)
+    inputs = module.hindsight_input(obs, latent, window)
+    width = latent.shape[1]
+    assert inputs.shape == (4, width + 1 + WINDOW)
+    torch.testing.assert_close(inputs[:, :width], latent[rows].detach())
+    # The lag one-hot over the window, after the encoded reward.
+    assert torch.equal(inputs[:, width + 1:], torch.nn.functional.one_hot(lags, WINDOW).float())
+    # Each event's reward as the outcome encoder codes it (standardised by the running
+    # statistics of the event rewards: the zeros of the window are not events).
+    module.update_return_statistics(window[rows, lags])
+    events = torch.tensor([1.0, -2.0, 0.5, 3.0])
+    coded = module.hindsight_input(obs, latent, window)[:, width]
+    torch.testing.assert_close(coded, (events - events.mean()) / events.std())
+    h = module.hindsight_logits(obs, latent, logits, window)
+    # policy_relative: h == pi exactly until the classifier learns.
+    assert h.shape == (4, NUM_ACTIONS) and torch.equal(h, logits[rows].detach())
+
+
+def test_remainder_head_is_training_only_and_only_for_the_reward_outcome():
+    full, light = make_module(), make_module(inference_only=True)
+    assert full.remainder_vf is not None and getattr(light, "remainder_vf", None) is None
+    assert "remainder_vf" in full.get_non_inference_attributes()
+    assert not any(k.startswith("remainder_vf") for k in light.state_dict())
+    returns_module = HCATorchRLModule(observation_space=OBS, action_space=gymnasium.spaces.Discrete(NUM_ACTIONS),
+                                      model_config={})
+    assert returns_module.remainder_vf is None and returns_module.outcome_column == RETURNS
+    obs, window = window_batch()
+    out = full.forward_train({Columns.OBS: obs, WINDOW_REWARDS: window})
+    assert out[REMAINDER_VALUES].shape == (6,) and out[HINDSIGHT_LOGITS].shape == (4, NUM_ACTIONS)
+    assert full.outcome_column == WINDOW_REWARDS
+    assert REMAINDER_VALUES not in returns_module.forward_train({Columns.OBS: obs, RETURNS: torch.ones(6)})
+
+
+def test_no_reward_event_gives_no_classifier_rows():
+    module = make_module()
+    obs, _ = window_batch()
+    latent, logits = module.policy_outputs(obs)
+    assert module.hindsight_logits(obs, latent, logits, torch.zeros(6, WINDOW)).shape == (0, NUM_ACTIONS)
+
+
+# --------------------------------------------------------------------------- config
+
+
+@pytest.mark.parametrize("credit_mode", ["hca", "c2a2c"])
+def test_one_hot_credit_modes_refuse_the_reward_outcome_in_one_line(credit_mode):
+    config = HCAConfig().training(credit=credit_mode, hindsight={"outcome": "reward"})
+    with pytest.raises(ValueError) as error:
+        config.validate()
+    message = str(error.value)
+    assert "\n" not in message and "hindsight.outcome='reward'" in message and credit_mode in message
+
+
+@pytest.mark.parametrize("window", [0, -1, True, 2.5, "8", 5000])
+def test_bad_window_is_one_line(window):
+    with pytest.raises(ValueError, match=r"^hindsight.window must be an integer in \[1, 4096\], got [^\n]*$"):
+        HCAConfig().training(hindsight={"outcome": "reward", "window": window})
+
+
+def test_bad_outcome_is_one_line():
+    with pytest.raises(ValueError, match=r"^hindsight.outcome must be one of \['return', 'reward'\], got 'rewards'$"):
+        HCAConfig().training(hindsight={"outcome": "rewards"})
+
+
+# --------------------------------------------------------------------------- learner
+
+
+def reward_config(**training):
+    config = HCAConfig().training(credit="expected_hca", gamma=0.9, lr=3e-3, hindsight_lr=3e-3,
+                                  hindsight={"hiddens": [16], "outcome": "reward", "window": WINDOW},
+                                  **training)
+    return config.rl_module(model_config={"fcnet_hiddens": [16, 16]}).debugging(seed=3)
+
+
+@pytest.mark.parametrize("path", ["lean", "rllib"])
+def test_trust_zero_gives_a2c_weights_exactly(path):
+    # No evidence yet: the first update's trust is 0, and its weights are A2C's, bit for bit.
+    learner, recorder = build(reward_config(), path, 1)
+    results = learner.update(episodes=make_episodes(0))
+    assert float(results[MID]["credit/trust"].peek()) == 0.0
+    batch = recorder.batches[0]
+    expected = credit.one_hot_weights(batch[Postprocessing.ADVANTAGES], batch[Columns.ACTIONS], NUM_ACTIONS)
+    assert torch.equal(batch[CREDIT_WEIGHTS], expected)
+
+
+def test_weights_on_the_batch_are_the_estimators_given_the_held_out_classifier():
+    # Trust off (the pure estimator): the batch's W is reward_outcome_weights of the
+    # classifier as it was before training on the batch, with its remainder head's values.
+    config = reward_config(trust=None, hindsight_epochs=3)
+    learner, recorder = build(config, "lean", 1)
+    learner.update(episodes=make_episodes(0))  # the classifier and remainder head move
+    module = learner.module[MID].unwrapped()
+    before = copy.deepcopy(module)
+    episodes = make_episodes(1)
+    learner.update(episodes=copy.deepcopy(episodes))
+    batch = recorder.batches[1]
+    obs, actions, window = batch[Columns.OBS], batch[Columns.ACTIONS].long(), batch[WINDOW_REWARDS]
+    assert int((window != 0).sum()) > 5
+    with torch.no_grad():
+        latent, logits = before.policy_outputs(obs)
+        values, remainder = before.values_and_remainder(obs, latent)
+        before.update_return_statistics(window[window != 0])
+        rows, lags = before.outcome_pairs(window)
+        h = torch.softmax(before.hindsight_logits(obs, latent, logits, window), -1)
+    pi = torch.softmax(logits, -1)
+    h_probs = pi.unsqueeze(1).expand(-1, WINDOW, -1).clone()
+    h_probs[rows, lags] = h
+    gae = batch[Postprocessing.ADVANTAGES]
+    expected = credit.reward_outcome_weights(
+        actions=actions, gae=gae, returns=batch[REMAINDER_TARGETS] + credit.in_window_returns(window, 0.9),
+        remainder_values=remainder, window_rewards=window, pi_probs=pi, h_probs=h_probs, gamma=0.9)
+    torch.testing.assert_close(batch[CREDIT_WEIGHTS], expected["weights"], atol=1e-5, rtol=1e-5)
+    # The pure estimator differs from A2C's once the classifier has moved.
+    assert not torch.allclose(batch[CREDIT_WEIGHTS], credit.one_hot_weights(gae, actions, NUM_ACTIONS), atol=1e-4)
+
+
+def test_a2c_trains_the_reward_classifier_beside_an_unchanged_update():
+    config = A2CConfig().training(hindsight_loss_coeff=1.0, hindsight={"hiddens": [16], "outcome": "reward",
+                                                                      "window": WINDOW})
+    config = config.rl_module(model_config={"fcnet_hiddens": [16, 16]}).debugging(seed=3)
+    learner, recorder = build(config, "lean", 1)
+    for seed in range(3):
+        results = learner.update(episodes=make_episodes(seed))
+    batch = recorder.batches[-1]
+    assert torch.equal(batch[CREDIT_WEIGHTS], credit.one_hot_weights(
+        batch[Postprocessing.ADVANTAGES], batch[Columns.ACTIONS], NUM_ACTIONS))
+    assert float(results[MID]["hindsight_loss"].peek()) > 0 and "remainder_vf_loss" in results[MID]
