@@ -238,7 +238,8 @@ class HCATorchLearner(TorchLearner):
         if remainder_loss is not None:
             metrics["remainder_vf_loss"] = remainder_loss
         if HINDSIGHT_LOGITS in fwd_out:
-            rows, _ = self.module[module_id].unwrapped().outcome_pairs(batch[self._outcome_column(module_id)])
+            module = self.module[module_id].unwrapped()
+            rows, _ = module.outcome_pairs(batch[module.outcome_column])
             classifier_loss = (hindsight_loss(fwd_out[HINDSIGHT_LOGITS], actions, mask) if rows is None
                                else hindsight_loss(fwd_out[HINDSIGHT_LOGITS], actions[rows], mask[rows]))
             total = total + config.hindsight_loss_coeff * classifier_loss
@@ -264,9 +265,6 @@ class HCATorchLearner(TorchLearner):
         self.metrics.log_value((ALL_MODULES, NUM_SKIPPED_UPDATES), 0, reduce="lifetime_sum")
         super().apply_gradients(gradients_dict)
         self._pass_batches.extend(step)
-
-    def _outcome_column(self, module_id) -> str:
-        return self.module[module_id].unwrapped().outcome_column
 
     # --- the extra classifier passes ----------------------------------------------------
 
