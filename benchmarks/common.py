@@ -116,6 +116,19 @@ CREDIT_METHODS: Dict[str, Dict[str, Any]] = {
     "expected_hca_pure_nomem": {**DEFAULT_CREDIT, "trust": None},
     "hca_pure_nomem": {**DEFAULT_CREDIT, "credit": "hca", "trust": None},
     "c2a2c_pure_nomem": {**DEFAULT_CREDIT, "credit": "c2a2c", "trust": None},
+    # The reward outcome (one classifier input per (step, reward event) in a window of
+    # 32 or 64 steps), with the evidence trust and without it (`_pure`).
+    "reward_w32": {**DEFAULT_CREDIT, "hindsight": {"hiddens": [128, 128], "outcome": "reward", "window": 32}},
+    "reward_w64": {**DEFAULT_CREDIT, "hindsight": {"hiddens": [128, 128], "outcome": "reward", "window": 64}},
+    # The reward outcome's classifier with fewer extra passes, or at the policy's lr.
+    "reward_w32_e1": {**DEFAULT_CREDIT, "hindsight_epochs": 1,
+                      "hindsight": {"hiddens": [128, 128], "outcome": "reward", "window": 32}},
+    "reward_w32_lr1x": {**DEFAULT_CREDIT, "hindsight_lr": None,
+                        "hindsight": {"hiddens": [128, 128], "outcome": "reward", "window": 32}},
+    "reward_w32_pure": {**DEFAULT_CREDIT, "trust": None,
+                        "hindsight": {"hiddens": [128, 128], "outcome": "reward", "window": 32}},
+    "reward_w64_pure": {**DEFAULT_CREDIT, "trust": None,
+                        "hindsight": {"hiddens": [128, 128], "outcome": "reward", "window": 64}},
 }
 
 

@@ -476,8 +476,8 @@ def plot(out: Path, summary: Dict[str, Any]) -> None:
             mean = [p[1]["p_good_mean"] for p in points]
             low = [p[1]["p_good_ci"][0] for p in points]
             high = [p[1]["p_good_ci"][1] for p in points]
-            ax.plot(x, mean, "o-", color=COLORS[method], label=method, linewidth=1.2)
-            ax.fill_between(x, low, high, color=COLORS[method], alpha=0.12, linewidth=0)
+            (line,) = ax.plot(x, mean, "o-", color=COLORS.get(method), label=method, linewidth=1.2)
+            ax.fill_between(x, low, high, color=line.get_color(), alpha=0.12, linewidth=0)
         ax.set_title(f"{task}: {key} sweep", fontsize=9)
         ax.set_xlabel(key)
         ax.set_ylabel("pi(optimal first action), end of training")
@@ -522,7 +522,7 @@ def parse_args(argv=None):
         __doc__.split("\n\n")[0],
         quick_help=f"{'/'.join(QUICK_SETTINGS)}, {'/'.join(QUICK_METHODS)}, 2 seeds, "
                    f"{QUICK_STEPS} steps, into --out or a temp dir",
-        subset="settings", subset_choices=SETTINGS, methods=METHODS)
+        subset="settings", subset_choices=SETTINGS, methods=METHODS, explicit_seeds=True)
     return check_grid_args(parser, parser.parse_args(argv), default_out=DEFAULT_OUT,
                            results_root=RESULTS_ROOT, quick_prefix="credit_analysis_quick_")
 

@@ -689,7 +689,7 @@ def parse_args(argv=None):
         __doc__.split("\n\n")[0],
         quick_help=f"{'/'.join(QUICK_TASKS)}, {'/'.join(QUICK_METHODS)}, 2 seeds, "
                    f"{QUICK_STEPS} steps, into --out or a temp dir",
-        subset="tasks", subset_choices=TASKS, methods=METHODS,
+        subset="tasks", subset_choices=TASKS, methods=METHODS, explicit_seeds=True,
         steps_help="override every task's budget (use another --out)")
     parser.add_argument("--shard", default=None, help="i/n: run every n-th cell from i")
     args = check_grid_args(parser, parser.parse_args(argv), default_out=DEFAULT_OUT,
