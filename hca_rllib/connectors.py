@@ -272,7 +272,8 @@ class ComputeReturnsAndAdvantages(_CreditPiece):
             row_chunks = chunks.new_zeros(len(state.mask)).index_copy_(0, steps.rows, chunks)
         window = window.to(state.returns.dtype)
         b[WINDOW_REWARDS] = window
-        b[REMAINDER_TARGETS] = state.returns - credit.in_window_returns(window, self.config.gamma)
+        if remainder_values is not None:  # the credit modes that use the remainder head
+            b[REMAINDER_TARGETS] = state.returns - credit.in_window_returns(window, self.config.gamma)
         state.window_rewards, state.row_chunks, state.remainder_values = window, row_chunks, remainder_values
 
 
@@ -355,7 +356,7 @@ class ComputeHindsightLogProbs(_CreditPiece):
         s.log_q_taken = s.log_q_all.gather(-1, actions).squeeze(-1)
         s.log_pi_taken = s.log_pi_all[s.pair_rows].gather(-1, actions).squeeze(-1)
         s.finite = s.finite and bool(torch.isfinite(s.log_q_all).all())
-        out = {"info/reward_events": float(len(s.pair_rows)),
+        out = {"info/reward_pairs": float(len(s.pair_rows)),
                "policy/accuracy": credit.argmax_accuracy(s.policy_logits, s.actions, s.diagnostic_mask)}
         if len(s.pair_rows):
             out["info/mutual_information"] = credit.mutual_information(s.log_q_taken, s.log_pi_taken)
@@ -423,13 +424,10 @@ class ComputeCreditWeights(_CreditPiece):
         if self.config.credit == "a2c":
             return {"advantages": s.gae, "weights": credit.one_hot_weights(s.gae, s.actions, num_actions)}
         pi_probs, h_pairs = s.probs()
-        # h_k for every (row, lag); pi where there is no reward event (weight 0 there).
-        h_probs = pi_probs.unsqueeze(1).expand(-1, s.window_rewards.shape[1], -1).clone()
-        h_probs[s.pair_rows, s.pair_lags] = h_pairs
         return credit.reward_outcome_weights(
             actions=s.actions, gae=s.gae, returns=s.returns, remainder_values=s.remainder_values,
-            window_rewards=s.window_rewards, pi_probs=pi_probs, h_probs=h_probs, gamma=self.config.gamma,
-            trust=trust, scale=scale)
+            window_rewards=s.window_rewards, pi_probs=pi_probs, pairs=(s.pair_rows, s.pair_lags, h_pairs),
+            gamma=self.config.gamma, trust=trust, scale=scale)
 
     @staticmethod
     def _write(b, s: CreditState) -> None:

@@ -462,7 +462,8 @@ def reward_outcome_weights(
     remainder_values: torch.Tensor,
     window_rewards: torch.Tensor,
     pi_probs: torch.Tensor,
-    h_probs: torch.Tensor,
+    h_probs: Optional[torch.Tensor] = None,
+    pairs: Optional[tuple] = None,
     gamma: float,
     trust=None,
     scale: float | torch.Tensor = 1.0,
@@ -483,24 +484,37 @@ def reward_outcome_weights(
     (None: 1, the pure estimator; a scalar or one per step) blends toward A2C:
     `W = (1 - w) gae_t onehot(a_t) + w W_reward`, A2C's weights exactly at `w = 0`.
 
+    Instead of the dense `h_probs`, `pairs = (rows, lags, h)` gives the classifier on the
+    reward events alone (`rows`, `lags`: the row `t` and lag index `k - 1` of each nonzero
+    entry of `window_rewards`; `h`: `[P, A]`), in `O(P A)` memory rather than
+    `O(N window A)`: the same weights (to float64 rounding in the sum's order).
+
     Returns `weights` (`W`), `reward_weights` (`W_reward`), `advantages` (`W[t, a_t]`),
     `in_window` (`S_t`) and `remainder` (`R_t`), in the inputs' floating dtype (computed in
     float64).
     """
     num_actions = pi_probs.shape[-1]
-    if tuple(h_probs.shape) != (*window_rewards.shape, num_actions):
+    if (h_probs is None) == (pairs is None):
+        raise ValueError("reward_outcome_weights takes the classifier as h_probs or as pairs, exactly one")
+    if h_probs is not None and tuple(h_probs.shape) != (*window_rewards.shape, num_actions):
         raise ValueError(f"h_probs must be [N, window, A] = {(*window_rewards.shape, num_actions)}, "
                          f"got {tuple(h_probs.shape)}")
-    dtype = _out_dtype(gae, returns, remainder_values, window_rewards, pi_probs, h_probs)
+    classifier = h_probs if pairs is None else pairs[2]
+    dtype = _out_dtype(gae, returns, remainder_values, window_rewards, pi_probs, classifier)
     in_window = _in_window_returns64(window_rewards, gamma)
     remainder = returns.to(torch.float64) - in_window
     weights_r = one_hot_weights(remainder - remainder_values.to(torch.float64), actions, num_actions)
     powers = torch.tensor([gamma ** k for k in range(1, window_rewards.shape[-1] + 1)], dtype=torch.float64,
                           device=window_rewards.device)
     rewards = window_rewards.to(torch.float64)
-    deviation = torch.where((rewards != 0).unsqueeze(-1),
-                            h_probs.to(torch.float64) - pi_probs.to(torch.float64).unsqueeze(-2), 0.0)
-    hindsight = ((rewards * powers).unsqueeze(-1) * deviation).sum(-2)
+    pi64 = pi_probs.to(torch.float64)
+    if pairs is None:
+        deviation = torch.where((rewards != 0).unsqueeze(-1), h_probs.to(torch.float64) - pi64.unsqueeze(-2), 0.0)
+        hindsight = ((rewards * powers).unsqueeze(-1) * deviation).sum(-2)
+    else:
+        rows, lags, h = pairs
+        terms = (rewards[rows, lags] * powers[lags]).unsqueeze(-1) * (h.to(torch.float64) - pi64[rows])
+        hindsight = torch.zeros_like(pi64).index_add_(0, rows, terms)
     scale = torch.as_tensor(scale, dtype=torch.float64, device=hindsight.device)
     if scale.dim() == 1:  # one per step
         scale = scale.unsqueeze(-1)

@@ -253,6 +253,8 @@ class HCAConfig(AlgorithmConfig):
         return super()._model_config_auto_includes | copy.deepcopy(env_family(self.env).model_config) | {
             "hindsight": copy.deepcopy(self.hindsight),
             "uses_hindsight": self.uses_hindsight,
+            # The reward outcome's remainder head, for the credit modes that use it.
+            "uses_remainder_value": self.credit != "a2c",
         }
 
     # --- validation ---------------------------------------------------------------------

@@ -218,11 +218,11 @@ class HCATorchLearner(TorchLearner):
         values = fwd_out[Columns.VF_PREDS]
         targets = batch[Postprocessing.VALUE_TARGETS]
         vf_loss = _masked_mean((values - targets) ** 2, mask)
+        total = policy_loss + config.vf_loss_coeff * vf_loss - config.entropy_coeff * entropy
         remainder_loss = None
         if REMAINDER_TARGETS in batch:  # the reward outcome's remainder head, a value head too
             remainder_loss = _masked_mean((fwd_out[REMAINDER_VALUES] - batch[REMAINDER_TARGETS]) ** 2, mask)
-            vf_loss = vf_loss + remainder_loss
-        total = policy_loss + config.vf_loss_coeff * vf_loss - config.entropy_coeff * entropy
+            total = total + config.vf_loss_coeff * remainder_loss
         if self._extra_passes:
             # The policy before this update's step: what the extra classifier passes fit.
             self._step_batches.append((module_id, batch, fwd_out[Columns.EMBEDDINGS].detach(),
@@ -297,6 +297,8 @@ class HCATorchLearner(TorchLearner):
         params = [p for group in optimizer.param_groups for p in group["params"]]
         obs, outcome = batch[Columns.OBS], batch[module.outcome_column]
         rows, _ = module.outcome_pairs(outcome)
+        if rows is not None and len(rows) == 0 and not distributed:
+            return None  # no reward event: nothing to fit (ranks of DDP step together)
         # One classifier row per (decision, outcome) pair: the decisions' rows.
         pair_actions, pair_mask, pair_logits = ((actions, mask, logits) if rows is None
                                                 else (actions[rows], mask[rows], logits[rows]))

@@ -374,8 +374,9 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
         outcome_width = self.return_encoder.output_dim
         if h.outcome == "reward":
             outcome_width += h.window
-            self.remainder_vf = nn.Linear(vf_width, 1)
-            _orthogonal_init(self.remainder_vf, 1.0)
+            if config.get("uses_remainder_value", True):  # not under credit="a2c": A2C's update
+                self.remainder_vf = nn.Linear(vf_width, 1)
+                _orthogonal_init(self.remainder_vf, 1.0)
         self.hindsight = _mlp(h_width + outcome_width, list(h.hiddens), num_actions)
         _orthogonal_init(self.hindsight, math.sqrt(2))
         final = self.hindsight[-1]
@@ -453,6 +454,9 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
         `outcome` ([B, window]), in row-major order."""
         if self.hindsight_spec.outcome != "reward":
             return None, None
+        if outcome.dim() != 2 or outcome.shape[1] != self.hindsight_spec.window:
+            raise ValueError(f"the reward outcome takes window rewards of shape [B, {self.hindsight_spec.window}], "
+                             f"got {tuple(outcome.shape)}")
         index = outcome.nonzero()
         return index[:, 0], index[:, 1]
 
@@ -511,13 +515,14 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
 
     # --- analysis ---------------------------------------------------------------------
 
-    def hindsight_log_probs(self, batch: Dict[str, Any], returns: torch.Tensor) -> torch.Tensor:
-        """`log q(a | s, Z)` for every action: Tensor[B, num_actions] (under the reward
-        outcome, `returns` are the window rewards and the rows are `outcome_pairs`')."""
+    def hindsight_log_probs(self, batch: Dict[str, Any], outcome: torch.Tensor) -> torch.Tensor:
+        """`log q(a | s, Z)` for every action: Tensor[B, num_actions] for the returns `Z`
+        ([B]); under the reward outcome, for the window rewards ([B, window]), one row per
+        pair (`outcome_pairs`)."""
         self._require_training_module("hindsight_log_probs")
         obs = batch[Columns.OBS]
         latent, logits = self.policy_outputs(obs)
-        return torch.log_softmax(self.hindsight_logits(obs, latent, logits, returns), dim=-1)
+        return torch.log_softmax(self.hindsight_logits(obs, latent, logits, outcome), dim=-1)
 
     def _require_training_module(self, what: str) -> None:
         if self.inference_only:

@@ -55,6 +55,7 @@ def make_episodes(seed: int, frames: int = 1, chunks=CHUNKS):
             obs = [rng.integers(0, 256, (6, 6, 1)).astype(np.uint8) for _ in range(n + 1)]
         episode = SingleAgentEpisode(
             observations=obs, actions=[int(a) for a in rng.integers(0, NUM_ACTIONS, n)],
+            # About 40% zero rewards (no reward event), some of them -0.0 (not one either).
             rewards=[float(r) * (rng.random() < 0.6) for r in rng.normal(size=n)], terminated=terminated, truncated=truncated,
             len_lookback_buffer=lookback, observation_space=raw, action_space=action_space)
         episode.to_numpy()
@@ -77,8 +78,10 @@ def make_config(case: str, frames: int = 1):
         hindsight = {"hiddens": [16], "torso": "shared", "return_encoding": "symlog"}
     elif case == "c2a2c_options":
         config = HCAConfig().training(credit="c2a2c", c2a2c_delta=0.01)
-    elif case == "reward_outcome":  # one classifier input per (step, reward event), window 3
-        config = HCAConfig().training(credit="expected_hca", hindsight_epochs=2, gamma=0.9)
+    elif case == "reward_outcome":  # one classifier input per (step, reward event), window 3;
+        # the pure estimator, so that the weights are not A2C's (the trust starts at 0)
+        config = HCAConfig().training(credit="expected_hca", trust=None, hindsight_epochs=2, gamma=0.9,
+                                      lambda_=0.8)
         hindsight = {"hiddens": [16], "outcome": "reward", "window": 3}
     elif case == "reward_outcome_a2c":  # A2C's update, the reward classifier beside it
         config = A2CConfig().training(hindsight_loss_coeff=1.0)

@@ -125,13 +125,32 @@ def reward_config(**training):
 
 @pytest.mark.parametrize("path", ["lean", "rllib"])
 def test_trust_zero_gives_a2c_weights_exactly(path):
-    # No evidence yet: the first update's trust is 0, and its weights are A2C's, bit for bit.
-    learner, recorder = build(reward_config(), path, 1)
-    results = learner.update(episodes=make_episodes(0))
+    # A trained classifier (h != pi) whose evidence is wiped: the update's trust is 0, and
+    # its weights are A2C's, `gae * onehot(a_t)`, with the GAE from the value targets and
+    # the values before the update (not from the weights themselves).
+    learner, recorder = build(reward_config(hindsight_epochs=3), path, 1)
+    for seed in range(3):
+        learner.update(episodes=make_episodes(seed))
+    module = learner.module[MID].unwrapped()
+    module.trust_evidence.zero_()
+    before = copy.deepcopy(module)
+    results = learner.update(episodes=make_episodes(3))
     assert float(results[MID]["credit/trust"].peek()) == 0.0
-    batch = recorder.batches[0]
-    expected = credit.one_hot_weights(batch[Postprocessing.ADVANTAGES], batch[Columns.ACTIONS], NUM_ACTIONS)
-    assert torch.equal(batch[CREDIT_WEIGHTS], expected)
+    batch = recorder.batches[-1]
+    with torch.no_grad():
+        obs, window = batch[Columns.OBS], batch[WINDOW_REWARDS]
+        latent, logits = before.policy_outputs(obs)
+        values, _ = before.values_and_remainder(obs, latent)
+        before.update_return_statistics(window[window != 0])
+        h = torch.softmax(before.hindsight_logits(obs, latent, logits, window), -1)
+    rows, _ = before.outcome_pairs(window)
+    assert (h - torch.softmax(logits, -1)[rows]).abs().max() > 1e-3  # the classifier has moved
+    gae = batch[Postprocessing.VALUE_TARGETS] - values
+    expected = credit.one_hot_weights(gae, batch[Columns.ACTIONS], NUM_ACTIONS)
+    torch.testing.assert_close(batch[CREDIT_WEIGHTS], expected, atol=1e-5, rtol=1e-5)
+    # And bit for bit A2C's weights of the batch's own advantages (the blend at 0).
+    assert torch.equal(batch[CREDIT_WEIGHTS], credit.one_hot_weights(
+        batch[Postprocessing.ADVANTAGES], batch[Columns.ACTIONS], NUM_ACTIONS))
 
 
 def test_weights_on_the_batch_are_the_estimators_given_the_held_out_classifier():
@@ -157,12 +176,43 @@ def test_weights_on_the_batch_are_the_estimators_given_the_held_out_classifier()
     h_probs = pi.unsqueeze(1).expand(-1, WINDOW, -1).clone()
     h_probs[rows, lags] = h
     gae = batch[Postprocessing.ADVANTAGES]
+    # lambda 1: the value targets are the returns Z (the remainder targets are Z - S).
+    returns = batch[Postprocessing.VALUE_TARGETS]
+    torch.testing.assert_close(batch[REMAINDER_TARGETS], returns - credit.in_window_returns(window, 0.9))
     expected = credit.reward_outcome_weights(
-        actions=actions, gae=gae, returns=batch[REMAINDER_TARGETS] + credit.in_window_returns(window, 0.9),
+        actions=actions, gae=gae, returns=returns,
         remainder_values=remainder, window_rewards=window, pi_probs=pi, h_probs=h_probs, gamma=0.9)
     torch.testing.assert_close(batch[CREDIT_WEIGHTS], expected["weights"], atol=1e-5, rtol=1e-5)
     # The pure estimator differs from A2C's once the classifier has moved.
     assert not torch.allclose(batch[CREDIT_WEIGHTS], credit.one_hot_weights(gae, actions, NUM_ACTIONS), atol=1e-4)
+
+
+def test_pairs_give_the_dense_weights():
+    g = torch.Generator().manual_seed(0)
+    n, actions_n = 40, 4
+    window = torch.randn(n, WINDOW, generator=g, dtype=torch.float64) * (torch.rand(n, WINDOW, generator=g) < 0.3)
+    pi = torch.softmax(torch.randn(n, actions_n, generator=g, dtype=torch.float64), -1)
+    h = torch.softmax(torch.randn(n, WINDOW, actions_n, generator=g, dtype=torch.float64), -1)
+    rows, lags = window.nonzero().unbind(-1)
+    common = dict(actions=torch.randint(0, actions_n, (n,), generator=g), gae=torch.randn(n, generator=g),
+                  returns=torch.randn(n, generator=g), remainder_values=torch.randn(n, generator=g),
+                  window_rewards=window, pi_probs=pi, gamma=0.95, trust=torch.tensor(0.4), scale=1.7)
+    dense = credit.reward_outcome_weights(h_probs=h, **common)
+    sparse = credit.reward_outcome_weights(pairs=(rows, lags, h[rows, lags]), **common)
+    for key in dense:
+        torch.testing.assert_close(sparse[key], dense[key], rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="exactly one"):
+        credit.reward_outcome_weights(h_probs=h, pairs=(rows, lags, h[rows, lags]), **common)
+
+
+def test_the_probe_reads_a_reward_outcome_run_with_its_return_classifier():
+    from hca_rllib.probe.classifier import build_classifier
+
+    module = build_classifier(OBS, gymnasium.spaces.Discrete(NUM_ACTIONS),
+                              {"hindsight": {"outcome": "reward", "window": 8}})
+    assert module.hindsight_spec.outcome == "return" and module.outcome_column == RETURNS
+    with pytest.raises(ValueError, match=r"^the reward outcome takes window rewards of shape \[B, 3\], got \(6,\)$"):
+        make_module().outcome_pairs(torch.ones(6))
 
 
 def test_a2c_trains_the_reward_classifier_beside_an_unchanged_update():
@@ -175,4 +225,7 @@ def test_a2c_trains_the_reward_classifier_beside_an_unchanged_update():
     batch = recorder.batches[-1]
     assert torch.equal(batch[CREDIT_WEIGHTS], credit.one_hot_weights(
         batch[Postprocessing.ADVANTAGES], batch[Columns.ACTIONS], NUM_ACTIONS))
-    assert float(results[MID]["hindsight_loss"].peek()) > 0 and "remainder_vf_loss" in results[MID]
+    assert float(results[MID]["hindsight_loss"].peek()) > 0
+    # A2C's update: no remainder head, no remainder loss.
+    assert learner.module[MID].unwrapped().remainder_vf is None and "remainder_vf_loss" not in results[MID]
+    assert REMAINDER_TARGETS not in batch

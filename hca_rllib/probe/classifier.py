@@ -12,8 +12,9 @@ from hca_rllib import credit
 from hca_rllib.probe.settings import FIT
 
 # What the probe asks of the training module's hindsight head: its own torso of the
-# training network's shape, `q = softmax(log pi + f(s, Z))`.
-CLASSIFIER_OPTIONS = {"torso": "separate", "parameterization": "policy_relative"}
+# training network's shape, `q = softmax(log pi + f(s, Z))`, conditioned on the return
+# (whatever outcome the checkpoint's run trained on).
+CLASSIFIER_OPTIONS = {"torso": "separate", "parameterization": "policy_relative", "outcome": "return"}
 
 
 def build_classifier(observation_space, action_space, model_config: Optional[Dict[str, Any]] = None):
