@@ -173,25 +173,55 @@ def test_default_credit_takes_the_key_more_reliably_than_a2c(ray_local):
 # reward outcome (`hindsight.outcome="reward"`) conditions on each reward separately:
 # the noise rewards tell nothing about the action, so with `h_k == pi` their terms drop
 # out of the gradient, and only the final +-1 (and its lag) credits the first action.
+# Over seeds 0-4 of `credit_analysis.py` that buys +0.07 [-0.05, +0.18] in pi(good first
+# action) here and +0.10 [+0.00, +0.22] at noise 1: too close to the seed noise for a
+# learning test; the test below measures what it buys on the gradient itself.
 NOISY_DELAY = dict(length=30, noise_std=2.0)
 NOISY_DELAY_STEPS = 30_000
 REWARD_OUTCOME = {"hindsight": {"outcome": "reward", "window": 32}, "trust": None}
 
 
-def test_pure_reward_outcome_finds_the_noisy_delayed_effect_more_reliably_than_a2c(ray_local):
-    """The pure reward-outcome estimator (trust off) against A2C, paired on seeds 0-4:
-    better on at least 4 of 5 seeds and by at least 0.06 on average. Here it is better on
-    4 seeds, by +0.09 on average (per seed +0.23, +0.04, -0.02, +0.19, +0.03). The
-    benchmark's runs of the same setting (`credit_analysis.py`, another action-sampling
-    stream) give +0.07 [-0.05, +0.18] on seeds 0-4, with a paired seed-to-seed sd of about
-    0.15; at length 30 and noise 1, +0.10 [+0.00, +0.22]. With no real difference and
-    that sd, the two criteria together pass by chance with probability about 0.05."""
-    a2c, ours = [], []
-    for seed in range(5):
-        config = config_for("a2c", "HCA/DelayedEffect-v0", seed, **NOISY_DELAY).training(hindsight_loss_coeff=1.0)
-        a2c.append(good_first_action_probability(train(config, NOISY_DELAY_STEPS)[1]))
-        config = config_for("expected_hca", "HCA/DelayedEffect-v0", seed, **NOISY_DELAY).training(**REWARD_OUTCOME)
-        ours.append(good_first_action_probability(train(config, NOISY_DELAY_STEPS)[1]))
-    print(f"noisy delayed effect pi(good first action): reward outcome {np.round(ours, 3)}, A2C {np.round(a2c, 3)}")
-    assert sum(o > a for o, a in zip(ours, a2c)) >= 4, (ours, a2c)
-    assert np.mean(ours) >= np.mean(a2c) + 0.06, (ours, a2c)
+def test_reward_outcome_takes_the_noise_rewards_out_of_the_decisions_gradient(ray_local):
+    """What the reward outcome buys on this task, measured on the learner's own batches
+    after 30k steps of training (seed 0): at the decision, A2C's policy gradient carries
+    the 30 noise rewards (`(Z - V)` with sd about 10); the reward outcome's carries
+    `sum_k gamma^k r_{t+k} (h_k - pi)`, which the classifier's `h_k == pi` on the noise
+    rewards empties. Its mean squared logit gradient at the decision is below a tenth of
+    A2C's on the same batches (measured: about 1/25); a classifier that learned noise
+    instead, or an estimator that kept the sampled rewards, would not be."""
+    from ray.rllib.core.columns import Columns
+    from ray.rllib.evaluation.postprocessing import Postprocessing
+
+    from hca_rllib import credit
+    from hca_rllib.module import CREDIT_WEIGHTS
+
+    config = config_for("expected_hca", "HCA/DelayedEffect-v0", 0, **NOISY_DELAY).training(**REWARD_OUTCOME)
+    algo = config.build_algo()
+    try:
+        while algo.train()["num_env_steps_sampled_lifetime"] < NOISY_DELAY_STEPS:
+            pass
+        learner = algo.learner_group._learner
+        seen = []
+        compute_loss = learner.compute_loss_for_module
+
+        def spy(**kwargs):
+            loss = compute_loss(**kwargs)  # the lean path writes the credit into the batch here
+            batch, fwd_out = kwargs["batch"], kwargs["fwd_out"]
+            decision = batch[Columns.OBS][:, 0] > 0.5
+            pi = torch.softmax(fwd_out[Columns.ACTION_DIST_INPUTS].detach(), -1)[decision]
+            ours = credit.logit_gradient(batch[CREDIT_WEIGHTS][decision], pi)
+            gae = (batch[Postprocessing.VALUE_TARGETS] - fwd_out[Columns.VF_PREDS].detach())[decision]
+            a2c = credit.logit_gradient(credit.one_hot_weights(gae, batch[Columns.ACTIONS][decision], 2), pi)
+            seen.append(((ours ** 2).sum(-1), (a2c ** 2).sum(-1)))
+            return loss
+
+        learner.compute_loss_for_module = spy
+        for _ in range(8):
+            algo.train()
+    finally:
+        algo.stop()
+    ours = torch.cat([o for o, _ in seen]).mean()
+    a2c = torch.cat([a for _, a in seen]).mean()
+    print(f"decision's mean squared logit gradient: reward outcome {float(ours):.4f}, A2C {float(a2c):.4f}")
+    assert len(torch.cat([o for o, _ in seen])) >= 100
+    assert ours < 0.1 * a2c, (float(ours), float(a2c))
