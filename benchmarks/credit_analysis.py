@@ -363,6 +363,8 @@ def targets(summary: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def summary_markdown(summary: Dict[str, Any]) -> str:
+    # The methods with runs, in `METHODS` order.
+    run_methods = [m for m in METHODS if any(m in e["methods"] for e in summary["settings"].values())]
     lines = [
         "# Credit analysis: delay and noise against the information at the decision",
         "",
@@ -383,14 +385,14 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
         "",
         "| setting | I(A;Z\\|S0) nats (key-to-door: Gaussian approx.) | visible | "
         "MI diag peak / last (a2c) | w (default) | "
-        + " | ".join(METHODS) + " |",
-        "|---|---|---|---|---|" + "---|" * len(METHODS),
+        + " | ".join(run_methods) + " |",
+        "|---|---|---|---|---|" + "---|" * len(run_methods),
     ]
     for name, entry in summary["settings"].items():
         info = entry["information"]
         methods = entry["methods"]
         cells = []
-        for method in METHODS:
+        for method in run_methods:
             s = methods.get(method)
             if s is None:
                 cells.append("—")
