@@ -2,7 +2,7 @@
 
 A fixed list of cells (game, method, seed): Pong and Breakout (classic protocol, the tuned
 examples' settings: `tuned_examples/common.atari_config`), `a2c` and the package's default
-credit mode (`HCA_TRAINING_DEFAULTS["credit"]`, read at start), seed 0. Each cell is one
+credit mode (`HCA_TRAINING_DEFAULTS["credit"]`, read at start), seeds 0-2. Each cell is one
 run directory of `hca_rllib.runner.run_training` (results.jsonl, checksummed checkpoints,
 `--resume`), so a cell continues from its newest valid checkpoint whenever the driver is
 started again, also after a `kill -9` (the runner cuts results.jsonl back to it).
@@ -83,7 +83,10 @@ PAUSE_POLL_S = 30.0
 DEFAULT_METHOD = HCA_TRAINING_DEFAULTS["credit"]
 GAMES = {"pong": "Pong", "breakout": "Breakout"}
 METHODS = ("a2c", DEFAULT_METHOD)
-CELLS = {f"{game}_{method}_seed0": (game, method, 0) for game in GAMES for method in METHODS}
+# Seeds 0-2 (the default driver runs every cell; `--cells` picks some).
+SEEDS = (0, 1, 2)
+CELLS = {f"{game}_{method}_seed{seed}": (game, method, seed)
+         for seed in SEEDS for game in GAMES for method in METHODS}
 QUICK_CELL = "quick_pong_a2c_seed0"
 QUICK_STEPS = 800
 # The quick check checkpoints every 2 iterations and its first start SIGKILLs itself once
