@@ -607,16 +607,21 @@ def test_committed_results_are_compact():
 
 @pytest.mark.benchmark
 def test_credit_cost_quick(tmp_path):
-    """`benchmarks/credit_cost.py --quick`: a2c and the default credit, 2 rounds each;
-    finite iteration times and a2c's ratio exactly 1."""
+    """`benchmarks/credit_cost.py --quick`: MinAtar, a2c and the default credit, 1 repeat
+    of 2 rounds; finite iteration times, a2c's ratios exactly 1, the default's classifier
+    diagnostic recorded."""
     run_script("credit_cost.py", "--quick", "--out", tmp_path, timeout=600)
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert set(summary["variants"]) == {"a2c", "expected_hca_blend_nomem"}
-    assert summary["variants"]["a2c"]["ratio_to_a2c"] == 1.0
-    for name, r in summary["variants"].items():
+    variants = summary["envs"]["minatar"]["variants"]
+    assert set(variants) == {"a2c", "expected_hca_blend_nomem"}
+    assert variants["a2c"]["ratio_to_a2c"] == 1.0 and variants["a2c"]["cpu_ratio_to_a2c"] == 1.0
+    assert variants["a2c"]["mutual_information_mean"] is None
+    assert _finite(variants["expected_hca_blend_nomem"]["mutual_information_mean"])
+    for name, r in variants.items():
         assert len(r["iterations_s"]) == 2 and all(_finite(t) and t > 0 for t in r["iterations_s"])
-        assert _finite(r["env_steps_per_s"]) and r["env_steps_per_s"] > 0
-    assert "Target: the default" in (tmp_path / "summary.md").read_text()
+        assert 512 <= r["env_steps_per_iteration"] < 600  # 8 envs x 64 steps (and episode ends)
+        assert _finite(r["env_steps_per_cpu_s"]) and r["env_steps_per_cpu_s"] > 0
+    assert "Target (MinAtar Breakout): the default" in (tmp_path / "summary.md").read_text()
 
 
 @pytest.mark.benchmark
