@@ -547,10 +547,23 @@ def check_checkpoint_fits(path: Path, config) -> None:
                               f"{state.get('env_config')!r}; this run has {config.env_config!r}")
     differ = [f"{key}={state.get(key)!r} (this run: {getattr(config, key, None)!r})"
               for key in MODULE_FIELDS
-              if key in state and state.get(key) != getattr(config, key, None)]
+              if key in state and _module_value(key, state.get(key)) != _module_value(key, getattr(config, key, None))]
     if differ:
         raise CheckpointError(f"checkpoint {str(path)!r} was made with a module of other shape: "
                               + "; ".join(differ))
+
+
+def _module_value(key: str, value):
+    """A module field's value as the module sees it: `hindsight` with every option, an
+    option a checkpoint predates at its default (a 0.1.0 `hindsight` has no `outcome`)."""
+    if key == "hindsight" and isinstance(value, dict):
+        from hca_rllib.module import hindsight_spec
+
+        try:
+            return hindsight_spec(value).as_dict()
+        except ValueError:
+            return value
+    return value
 
 
 def restore_algorithm(algo, path: Path) -> None:

@@ -182,6 +182,19 @@ def test_a_module_of_another_shape(made, cli, tmp_path):
     info["args"]["set"] = [*info["args"]["set"], "hindsight={'hiddens': [32]}"]
     (copy / "run.json").write_text(json.dumps(info))
     one_error(resume(cli, copy), "module of other shape", "'hiddens': [128, 128]", "'hiddens': [32]")
+    # the outcome shapes the classifier's input: a checkpoint without the option (made
+    # before it existed) holds the return outcome, so asking for the reward outcome is refused
+    info["args"]["set"] = [*info["args"]["set"][:-1], "hindsight={'outcome': 'reward'}"]
+    (copy / "run.json").write_text(json.dumps(info))
+    edit_config_state(newest(copy), hindsight={k: v for k, v in info_hindsight(copy).items()
+                                                 if k not in ("outcome", "window")})
+    rehash(newest(copy))
+    one_error(resume(cli, copy), "module of other shape", "'outcome': 'reward'")
+
+
+def info_hindsight(run: Path) -> dict:
+    state = pickle.loads((newest(run) / "class_and_ctor_args.pkl").read_bytes())
+    return state["ctor_args_and_kwargs"][0][0]["hindsight"]
 
 
 def test_another_package_version_with_an_incompatible_module(made, cli, tmp_path):
