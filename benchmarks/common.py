@@ -116,6 +116,9 @@ CREDIT_METHODS: Dict[str, Dict[str, Any]] = {
     "expected_hca_pure_nomem": {**DEFAULT_CREDIT, "trust": None},
     "hca_pure_nomem": {**DEFAULT_CREDIT, "credit": "hca", "trust": None},
     "c2a2c_pure_nomem": {**DEFAULT_CREDIT, "credit": "c2a2c", "trust": None},
+    # The default with fewer extra classifier passes per batch (the cost routes).
+    "expected_hca_blend_e1": {**DEFAULT_CREDIT, "hindsight_epochs": 1},
+    "expected_hca_blend_e0": {**DEFAULT_CREDIT, "hindsight_epochs": 0},
     # The reward outcome (one classifier input per (step, reward event) in a window of
     # 32 or 64 steps), with the evidence trust and without it (`_pure`).
     "reward_w32": {**DEFAULT_CREDIT, "hindsight": {"hiddens": [128, 128], "outcome": "reward", "window": 32}},

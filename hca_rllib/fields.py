@@ -253,12 +253,31 @@ def config_errors(config):
             and config.credit not in REWARD_OUTCOME_CREDIT_MODES:
         yield (f"hindsight.outcome='reward' takes credit in {list(REWARD_OUTCOME_CREDIT_MODES)} "
                f"(its weights are all-action), got credit={config.credit!r}")
+    yield from filter(None, [_window_error(config)])
     if config.credit != "a2c" and config.hindsight_loss_coeff == 0 and config.hindsight_epochs == 0:
         yield (f"credit={config.credit!r} needs a trained classifier: hindsight_loss_coeff "
                f"must be > 0 (or hindsight_epochs >= 1), got 0")
     if (config.model_config or {}).get("use_lstm"):
         yield "model_config.use_lstm: recurrent models are not supported by HCA"
     yield from filter(None, [_action_space_error(config.action_space)])
+
+
+def _window_error(config) -> Optional[str]:
+    """The reward outcome's window longer than a rollout fragment: (step, reward) pairs
+    never cross a fragment, so the steps past the fragment would credit nothing."""
+    hindsight = config.hindsight if isinstance(config.hindsight, dict) else {}
+    if hindsight.get("outcome") != "reward" or config.batch_mode != "truncate_episodes":
+        return None
+    window = hindsight.get("window", HINDSIGHT_DEFAULTS["window"])
+    try:
+        fragment = config.get_rollout_fragment_length()
+    except Exception:  # RLlib's own check names a fragment length it cannot work out
+        return None
+    if isinstance(window, int) and isinstance(fragment, int) and window > fragment:
+        return (f"hindsight.window={window} is longer than the rollout fragment ({fragment} steps): "
+                f"a reward credits only the steps of its own fragment; set window <= {fragment} "
+                f"or a longer rollout_fragment_length")
+    return None
 
 
 def _action_space_error(action_space) -> Optional[str]:

@@ -108,6 +108,25 @@ def test_bad_window_is_one_line(window):
         HCAConfig().training(hindsight={"outcome": "reward", "window": window})
 
 
+def test_a_window_longer_than_the_fragment_is_one_line():
+    """Pairs never cross a fragment: a window past it would silently credit nothing."""
+    config = (HCAConfig().environment("CartPole-v1")
+              .env_runners(num_envs_per_env_runner=2, rollout_fragment_length=16)
+              .training(hindsight={"outcome": "reward", "window": 17}))
+    with pytest.raises(ValueError, match=r"^hindsight.window=17 is longer than the rollout fragment "
+                                         r"\(16 steps\): [^\n]*rollout_fragment_length$"):
+        config.validate()
+    config.training(hindsight={"window": 16}).validate()  # the whole fragment is fine
+    # "auto": the fragment RLlib derives from the batch (64 / 2 envs = 32 steps)
+    auto = (HCAConfig().environment("CartPole-v1")
+            .env_runners(num_envs_per_env_runner=2, rollout_fragment_length="auto")
+            .training(train_batch_size_per_learner=64, hindsight={"outcome": "reward", "window": 33}))
+    with pytest.raises(ValueError, match=r"\(32 steps\)"):
+        auto.validate()
+    # whole episodes per fragment: no fragment boundary to cross
+    auto.env_runners(batch_mode="complete_episodes").validate()
+
+
 def test_bad_outcome_is_one_line():
     with pytest.raises(ValueError, match=r"^hindsight.outcome must be one of \['return', 'reward'\], got 'rewards'$"):
         HCAConfig().training(hindsight={"outcome": "rewards"})
