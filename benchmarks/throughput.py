@@ -625,7 +625,7 @@ def learner_split(env: str, method: str, reps: int, quick: bool) -> Dict[str, An
     from ray.rllib.core.columns import Columns
     from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 
-    from hca_rllib.module import HINDSIGHT_LOGITS, RETURNS
+    from hca_rllib.module import HINDSIGHT_LOGITS, REMAINDER_VALUES
 
     algo = ours_config(env, method, quick).learners(learner_path="rllib").build_algo()
     try:
@@ -646,15 +646,18 @@ def learner_split(env: str, method: str, reps: int, quick: bool) -> Dict[str, An
                                                shared_data={}, metrics=learner.metrics)
             t1 = clock()
             b = batch[mid]
-            has_hindsight = RETURNS in b and module.hindsight is not None
+            outcome = module.outcome_column  # the return, or the window's rewards
+            has_hindsight = outcome in b and module.hindsight is not None
             obs = b[Columns.OBS]
             latent = module.pi_torso(obs)
             logits = module.pi(latent)
-            fwd = {Columns.ACTION_DIST_INPUTS: logits, Columns.EMBEDDINGS: latent,
-                   Columns.VF_PREDS: module._values(obs, latent)}
+            values, remainder = module.values_and_remainder(obs, latent)
+            fwd = {Columns.ACTION_DIST_INPUTS: logits, Columns.EMBEDDINGS: latent, Columns.VF_PREDS: values}
+            if remainder is not None:
+                fwd[REMAINDER_VALUES] = remainder
             t2 = clock()
             if has_hindsight:
-                fwd[HINDSIGHT_LOGITS] = module.hindsight_logits(obs, latent, logits, b[RETURNS])
+                fwd[HINDSIGHT_LOGITS] = module.hindsight_logits(obs, latent, logits, b[outcome])
             t3 = clock() if has_hindsight else t2
             losses = learner.compute_losses(fwd_out={mid: fwd}, batch={mid: b})
             t4 = clock()
@@ -667,10 +670,10 @@ def learner_split(env: str, method: str, reps: int, quick: bool) -> Dict[str, An
                 t7 = clock()
                 c_latent = module.pi_torso(obs)
                 c_logits = module.pi(c_latent)
-                module._values(obs, c_latent)
+                module.values_and_remainder(obs, c_latent)
                 t8 = clock()
                 if has_hindsight:
-                    module.hindsight_logits(obs, c_latent, c_logits, b[RETURNS])
+                    module.hindsight_logits(obs, c_latent, c_logits, b[outcome])
                 t9 = clock() if has_hindsight else t8
             eps = copy.deepcopy(episodes)
             t10 = clock()

@@ -153,9 +153,9 @@ def test_default_credit_takes_the_key_more_reliably_than_a2c(ray_local):
     the 5 seeds and by at least 0.04 on average. With
     no real difference (seed-to-seed sd of the paired difference about 0.06 in the
     benchmark) the mean alone would clear 0.04 with probability about 0.07 (z = 1.5),
-    and 4 of 5 seeds with 0.19, so both together by chance about 0.05. (Until the lean
-    learner path it asked for all of 3 seeds; its float-level changes moved seed 2 to
-    0.86 against A2C's 0.92, and 3 seeds cannot carry an every-seed criterion.)"""
+    and 4 of 5 seeds with 0.19, so both together by chance about 0.05. (Three seeds
+    cannot carry an every-seed criterion: float-level changes alone move one seed's
+    probability by several hundredths.)"""
     a2c, ours = [], []
     for seed in range(5):
         config = config_for("a2c", "HCA/KeyToDoor-v0", seed, **KEY_TO_DOOR).training(hindsight_loss_coeff=1.0)
