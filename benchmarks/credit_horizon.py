@@ -18,6 +18,11 @@ on three settings of `benchmarks/credit_analysis.py` where the fragment cuts the
 (delayed effect length 30 and 60 at noise 1; key-to-door with 40 apples), seeds 0..4,
 30k env steps. Score: pi(optimal first action | start) at the end, as in credit_analysis.
 
+The reward outcome's methods `reward_fragment` and `reward_fragment_pure` (with the
+evidence trust and without it) take a credit window as long as the horizon's fragment
+(256 steps with complete episodes): a reward then credits every earlier step of its
+fragment, and the horizon decides how far back that reaches.
+
 Reproduce (from the repository root):
 
     .venv/bin/python benchmarks/credit_horizon.py --time-limit-min 60   # resumable
@@ -64,6 +69,25 @@ BASE_SETTINGS = ("delayed_effect_L30_sd1", "delayed_effect_L60_sd1", "key_to_doo
 # Horizon -> (envs per EnvRunner, fragment length or None for complete episodes).
 HORIZONS: Dict[str, tuple] = {"H64": (8, 64), "H128": (4, 128), "H256": (2, 256), "episodes": (8, None)}
 CELLS = {f"{s}__{h}": (s, h) for s in BASE_SETTINGS for h in HORIZONS}
+# The reward outcome with its credit window as long as the horizon's fragment (a reward
+# credits every earlier step of its fragment; with complete episodes, 256 steps, longer
+# than these tasks' episodes), with the evidence trust and without it (`_pure`).
+FRAGMENT_WINDOW_METHODS = {
+    "reward_fragment": {**METHODS["reward_w32"], "hindsight": {"hiddens": [128, 128], "outcome": "reward"}},
+    "reward_fragment_pure": {**METHODS["reward_w32_pure"], "hindsight": {"hiddens": [128, 128], "outcome": "reward"}},
+}
+ALL_METHODS: Dict[str, Dict[str, Any]] = {**METHODS, **FRAGMENT_WINDOW_METHODS}
+EPISODES_WINDOW = 256
+
+
+def method_overrides(method: str, cell: str) -> Dict[str, Any]:
+    """The `.training()` overrides of `method` in `cell` (the fragment-window methods take
+    the horizon's fragment length as their window)."""
+    overrides = copy.deepcopy(ALL_METHODS[method])
+    if method in FRAGMENT_WINDOW_METHODS:
+        fragment = HORIZONS[CELLS[cell][1]][1]
+        overrides["hindsight"]["window"] = fragment or EPISODES_WINDOW
+    return overrides
 QUICK_CELLS = ("delayed_effect_L30_sd1__H64", "delayed_effect_L30_sd1__episodes")
 QUICK_METHODS = ("a2c",)
 DEFAULT_METHODS = ("a2c", "hca_blend_nomem", "expected_hca_blend_nomem")
@@ -98,14 +122,14 @@ def run_all(args, out: Path, cells, seeds, methods, steps: int) -> None:
         cell, seed, method = item
         setting_name, horizon = CELLS[cell]
         setting = SETTINGS[setting_name]
-        data = run_spec(cell, setting, method, METHODS[method], seed, steps,
+        data = run_spec(cell, setting, method, method_overrides(method, cell), seed, steps,
                         base_config=base_config(cell), settings_note=f"horizon {horizon}")
         data.update(setting=setting_name, horizon=horizon, cell=cell, visible_fraction=visible(cell))
         return data
 
     def mismatch(item, stored):
         cell, _, method = item
-        return setting_mismatch(stored, METHODS[method], SETTINGS[CELLS[cell][0]]["env_id"],
+        return setting_mismatch(stored, method_overrides(method, cell), SETTINGS[CELLS[cell][0]]["env_id"],
                                 SETTINGS[CELLS[cell][0]]["env_config"])
 
     todo = [(c, s, m) for s in seeds for c in cells for m in methods]
@@ -119,7 +143,7 @@ def aggregate(out: Path) -> Dict[str, Any]:
         entry: Dict[str, Any] = {"setting": CELLS[cell][0], "horizon": CELLS[cell][1],
                                  "visible_fraction": visible(cell), "methods": {}}
         p_by = {m: {s: d["p_good_action_final"] for s, d in runs[cell][m].items()}
-                for m in METHODS if m in runs[cell]}
+                for m in ALL_METHODS if m in runs[cell]}
         for method, p in p_by.items():
             mean, low, high = bootstrap_ci(list(p.values()))
             entry["methods"][method] = {
@@ -137,7 +161,7 @@ def aggregate(out: Path) -> Dict[str, Any]:
 
 
 def summary_markdown(summary: Dict[str, Any]) -> str:
-    methods = [m for m in METHODS if any(m in e["methods"] for e in summary["cells"].values())]
+    methods = [m for m in ALL_METHODS if any(m in e["methods"] for e in summary["cells"].values())]
     lines = [
         "# Credit horizon: the same batch, longer returns",
         "",
@@ -172,7 +196,7 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
 def parse_args(argv=None):
     parser = grid_parser(
         __doc__.splitlines()[0], quick_help=f"{'/'.join(QUICK_CELLS)}, a2c, 1 seed, {QUICK_STEPS} steps",
-        subset="cells", subset_choices=CELLS, methods=METHODS)
+        subset="cells", subset_choices=CELLS, methods=ALL_METHODS)
     args = parser.parse_args(argv)
     return check_grid_args(parser, args, default_out=DEFAULT_OUT, results_root=RESULTS_ROOT,
                            quick_prefix="hca_credit_horizon_quick_")
