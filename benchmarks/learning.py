@@ -462,7 +462,9 @@ def targets(summary: Dict[str, Any]) -> Dict[str, Any]:
     return {
         "default": default,
         "seeds": {"bsuite": bsuite_seeds, "MinAtar": minatar_seeds},
-        "provisional": min(bsuite_seeds, minatar_seeds) < FULL_SEEDS,
+        # a grid of one domain (`--tasks`) is complete when that domain is
+        "provisional": min([n for n, domain in ((bsuite_seeds, "bsuite"), (minatar_seeds, "MinAtar"))
+                            if summary["domains"].get(domain, {}).get("methods")] or [0]) < FULL_SEEDS,
         "credit_tasks_best_method": best,
         "credit_tasks_met": credit_met,
         "minatar_significantly_worse_games": {m: worse.get(m, []) for m in minatar_methods},

@@ -454,6 +454,10 @@ def test_learning_targets_logic():
     t = learning.targets(_summary(4, 3, 0.5, {}))  # fewer than 5 complete seeds: undecided
     assert t["provisional"] and t["credit_tasks_met"] is None and t["minatar_met"] is None
     assert learning.targets({"domains": {}, "tasks": {}})["credit_tasks_best_method"] is None
+    minatar_only = _summary(0, 5, 0.05, {})
+    minatar_only["domains"]["bsuite"] = {"tasks": [], "methods": {}}  # a grid run with --tasks minatar_*
+    assert not learning.targets(minatar_only)["provisional"]
+    assert learning.targets(_summary(0, 5, 0.05, {}))["provisional"]  # bsuite runs, none complete
 
 
 def test_decision_information_against_the_real_environments():
