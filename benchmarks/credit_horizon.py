@@ -71,13 +71,15 @@ HORIZONS: Dict[str, tuple] = {"H64": (8, 64), "H128": (4, 128), "H256": (2, 256)
 CELLS = {f"{s}__{h}": (s, h) for s in BASE_SETTINGS for h in HORIZONS}
 # The reward outcome with its credit window as long as the horizon's fragment (a reward
 # credits every earlier step of its fragment; with complete episodes, 256 steps, longer
-# than these tasks' episodes), with the evidence trust and without it (`_pure`).
-FRAGMENT_WINDOW_METHODS = {
-    "reward_fragment": {**METHODS["reward_w32"], "hindsight": {"hiddens": [128, 128], "outcome": "reward"}},
-    "reward_fragment_pure": {**METHODS["reward_w32_pure"], "hindsight": {"hiddens": [128, 128], "outcome": "reward"}},
-}
+# than these tasks' episodes), with the evidence trust and without it (`_pure`): the
+# methods `reward_w32(_pure)` with the window replaced (`method_overrides`).
+FRAGMENT_WINDOW_METHODS = {"reward_fragment": METHODS["reward_w32"],
+                           "reward_fragment_pure": METHODS["reward_w32_pure"]}
 ALL_METHODS: Dict[str, Dict[str, Any]] = {**METHODS, **FRAGMENT_WINDOW_METHODS}
 EPISODES_WINDOW = 256
+QUICK_CELLS = ("delayed_effect_L30_sd1__H64", "delayed_effect_L30_sd1__episodes")
+QUICK_METHODS = ("a2c",)
+DEFAULT_METHODS = ("a2c", "hca_blend_nomem", "expected_hca_blend_nomem")
 
 
 def method_overrides(method: str, cell: str) -> Dict[str, Any]:
@@ -85,12 +87,8 @@ def method_overrides(method: str, cell: str) -> Dict[str, Any]:
     the horizon's fragment length as their window)."""
     overrides = copy.deepcopy(ALL_METHODS[method])
     if method in FRAGMENT_WINDOW_METHODS:
-        fragment = HORIZONS[CELLS[cell][1]][1]
-        overrides["hindsight"]["window"] = fragment or EPISODES_WINDOW
+        overrides["hindsight"]["window"] = HORIZONS[CELLS[cell][1]][1] or EPISODES_WINDOW
     return overrides
-QUICK_CELLS = ("delayed_effect_L30_sd1__H64", "delayed_effect_L30_sd1__episodes")
-QUICK_METHODS = ("a2c",)
-DEFAULT_METHODS = ("a2c", "hca_blend_nomem", "expected_hca_blend_nomem")
 
 
 def base_config(cell: str):

@@ -459,12 +459,15 @@ def targets(summary: Dict[str, Any]) -> Dict[str, Any]:
         default["bsuite_iqm_difference"] = umbrella["iqm_difference_vs_a2c"]["point"]
         default["bsuite_iqm_difference_ci"] = umbrella["iqm_difference_vs_a2c"]["ci"]
         default["bsuite_met"] = default["bsuite_iqm_difference"] >= 0
+    # Complete once every domain that ran has FULL_SEEDS seeds (a grid of one domain, run
+    # with `--tasks`, leaves the other empty).
+    seeds = {"bsuite": bsuite_seeds, "MinAtar": minatar_seeds}
+    ran = [n for domain, n in seeds.items() if summary["domains"].get(domain, {}).get("methods")]
+    provisional = not ran or min(ran) < FULL_SEEDS
     return {
         "default": default,
-        "seeds": {"bsuite": bsuite_seeds, "MinAtar": minatar_seeds},
-        # a grid of one domain (`--tasks`) is complete when that domain is
-        "provisional": min([n for n, domain in ((bsuite_seeds, "bsuite"), (minatar_seeds, "MinAtar"))
-                            if summary["domains"].get(domain, {}).get("methods")] or [0]) < FULL_SEEDS,
+        "seeds": seeds,
+        "provisional": provisional,
         "credit_tasks_best_method": best,
         "credit_tasks_met": credit_met,
         "minatar_significantly_worse_games": {m: worse.get(m, []) for m in minatar_methods},

@@ -651,8 +651,7 @@ def learner_split(env: str, method: str, reps: int, quick: bool) -> Dict[str, An
             obs = b[Columns.OBS]
             latent = module.pi_torso(obs)
             logits = module.pi(latent)
-            values, remainder = (module.values_and_remainder(obs, latent) if module.hindsight is not None
-                                 else (module.compute_values({Columns.OBS: obs}, latent), None))
+            values, remainder = module.values_and_remainder(obs, latent)
             fwd = {Columns.ACTION_DIST_INPUTS: logits, Columns.EMBEDDINGS: latent, Columns.VF_PREDS: values}
             if remainder is not None:
                 fwd[REMAINDER_VALUES] = remainder
@@ -671,10 +670,7 @@ def learner_split(env: str, method: str, reps: int, quick: bool) -> Dict[str, An
                 t7 = clock()
                 c_latent = module.pi_torso(obs)
                 c_logits = module.pi(c_latent)
-                if module.hindsight is not None:
-                    module.values_and_remainder(obs, c_latent)
-                else:
-                    module.compute_values({Columns.OBS: obs}, c_latent)
+                module.values_and_remainder(obs, c_latent)
                 t8 = clock()
                 if has_hindsight:
                     module.hindsight_logits(obs, c_latent, c_logits, b[outcome])

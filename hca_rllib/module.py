@@ -437,8 +437,9 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
         return self.vf(latent).squeeze(-1), remainder
 
     def values_and_remainder(self, obs: torch.Tensor, policy_latent: Optional[torch.Tensor] = None):
-        """`(V(s), V_rem(s))` (`V_rem` None without the reward outcome), training module only."""
-        self._require_training_module("values_and_remainder")
+        """`(V(s), V_rem(s))` (`V_rem` None without the reward outcome), training module only
+        (with or without a classifier)."""
+        self._require_training_module("values_and_remainder", classifier=False)
         return self._values_and_remainder(obs, policy_latent)
 
     @property
@@ -524,13 +525,13 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
         latent, logits = self.policy_outputs(obs)
         return torch.log_softmax(self.hindsight_logits(obs, latent, logits, outcome), dim=-1)
 
-    def _require_training_module(self, what: str) -> None:
+    def _require_training_module(self, what: str, classifier: bool = True) -> None:
         if self.inference_only:
             raise RuntimeError(
                 f"{what}: this is the inference-only copy of the module (the EnvRunners' "
                 f"one, which `algo.get_module()` returns); the classifier lives on the "
                 f"learner: use hca_rllib.training_module(algo)")
-        if self.hindsight is None:
+        if classifier and self.hindsight is None:
             raise RuntimeError(
                 f"{what}: this module has no hindsight classifier (credit='a2c' with "
                 f"hindsight_loss_coeff=0 builds none)")

@@ -176,6 +176,8 @@ def test_another_environment(made, cli, tmp_path):
 def test_a_module_of_another_shape(made, cli, tmp_path):
     """Resuming under another classifier (other `hindsight` options) would fail in
     load_state_dict with a raw shape error: one line names the field instead."""
+    from hca_rllib.runner import checkpoint_algorithm
+
     copy = tmp_path / "run"
     shutil.copytree(made[0], copy)
     info = json.loads((copy / "run.json").read_text())
@@ -186,15 +188,11 @@ def test_a_module_of_another_shape(made, cli, tmp_path):
     # before it existed) holds the return outcome, so asking for the reward outcome is refused
     info["args"]["set"] = [*info["args"]["set"][:-1], "hindsight={'outcome': 'reward'}"]
     (copy / "run.json").write_text(json.dumps(info))
-    edit_config_state(newest(copy), hindsight={k: v for k, v in info_hindsight(copy).items()
-                                                 if k not in ("outcome", "window")})
+    stored = checkpoint_algorithm(newest(copy))[1]["hindsight"]
+    edit_config_state(newest(copy), hindsight={k: v for k, v in stored.items() if k not in ("outcome", "window")})
     rehash(newest(copy))
     one_error(resume(cli, copy), "module of other shape", "'outcome': 'reward'")
 
-
-def info_hindsight(run: Path) -> dict:
-    state = pickle.loads((newest(run) / "class_and_ctor_args.pkl").read_bytes())
-    return state["ctor_args_and_kwargs"][0][0]["hindsight"]
 
 
 def test_another_package_version_with_an_incompatible_module(made, cli, tmp_path):

@@ -81,6 +81,14 @@ def test_remainder_head_is_training_only_and_only_for_the_reward_outcome():
     assert out[REMAINDER_VALUES].shape == (6,) and out[HINDSIGHT_LOGITS].shape == (4, NUM_ACTIONS)
     assert full.outcome_column == WINDOW_REWARDS
     assert REMAINDER_VALUES not in returns_module.forward_train({Columns.OBS: obs, RETURNS: torch.ones(6)})
+    # A2C's module builds no classifier and no remainder head; its values are V alone
+    plain = HCATorchRLModule(observation_space=OBS, action_space=gymnasium.spaces.Discrete(NUM_ACTIONS),
+                             model_config={"uses_hindsight": False})
+    values, remainder = plain.values_and_remainder(obs)
+    assert plain.hindsight is None and remainder is None
+    torch.testing.assert_close(values, plain.compute_values({Columns.OBS: obs}))
+    with pytest.raises(RuntimeError, match="inference-only copy"):
+        light.values_and_remainder(obs)
 
 
 def test_no_reward_event_gives_no_classifier_rows():
