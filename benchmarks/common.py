@@ -132,11 +132,6 @@ CREDIT_METHODS: Dict[str, Dict[str, Any]] = {
                         "hindsight": {"hiddens": [128, 128], "outcome": "reward", "window": 32}},
     "reward_w64_pure": {**DEFAULT_CREDIT, "trust": None,
                         "hindsight": {"hiddens": [128, 128], "outcome": "reward", "window": 64}},
-    # The consistency trust: the credit estimator unless its gradient detectably differs
-    # from A2C's in expectation.
-    "expected_hca_consistency": {**DEFAULT_CREDIT, "trust": "consistency"},
-    "reward_w32_consistency": {**DEFAULT_CREDIT, "trust": "consistency",
-                               "hindsight": {"hiddens": [128, 128], "outcome": "reward", "window": 32}},
 }
 
 

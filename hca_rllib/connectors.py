@@ -405,7 +405,6 @@ class ComputeCreditWeights(_CreditPiece):
         if s.window_rewards is not None:
             s.parts = self._reward_outcome_weights(s, trust, scale)
             self._write(b, s)
-            self._update_consistency(module, s)
             return diagnostics
         pi_probs, q_probs = s.probs() if config.credit == "expected_hca" else (None, None)
         s.parts = credit.credit_weights(
@@ -415,7 +414,6 @@ class ComputeCreditWeights(_CreditPiece):
             pi_probs=pi_probs, q_probs=q_probs,
         )
         self._write(b, s)
-        self._update_consistency(module, s)
         diagnostics.update(self._diagnostics(s))
         return diagnostics
 
@@ -440,13 +438,6 @@ class ComputeCreditWeights(_CreditPiece):
         """`(trust, scale)`: trust None (the pure estimator) or a scalar tensor."""
         if self.config.trust is None:
             return None, 1.0
-        if self.config.trust == "consistency":
-            # From the batches before this one; `_update_consistency` adds this batch's.
-            trust = credit.consistency_trust(module.trust_evidence[0, :3])
-            module.trust.fill_(float(trust["trust"]))
-            diagnostics.update({"credit/trust": trust["trust"], "credit/trust_z": trust["z"],
-                                "credit/decision_trust": trust["trust"]})
-            return trust["trust"], 1.0
         evidence = self._evidence(s)
         # The trust applied to this batch comes from the batches before it: evidence that
         # includes this batch would favour a noise classifier exactly where its deviations
@@ -463,18 +454,6 @@ class ComputeCreditWeights(_CreditPiece):
             "credit/decision_trust": trust["trust"],
         })
         return trust["trust"], (trust["scale"] if self.config.credit == "expected_hca" else 1.0)
-
-    def _update_consistency(self, module, s: CreditState) -> None:
-        """`trust="consistency"`: fold this batch's `credit.consistency_evidence` (the
-        credit estimator's weights against A2C's, on the real rows) into the module's."""
-        if self.config.trust != "consistency" or self.config.credit == "a2c":
-            return
-        pure = s.parts.get("reward_weights", s.parts.get("expected_weights"))  # validated: one is there
-        a2c = credit.one_hot_weights(s.gae, s.actions, pure.shape[-1])
-        pi_probs, _ = s.probs()
-        evidence = credit.consistency_evidence(s.real(a2c), s.real(pure), s.real(pi_probs),
-                                               s.real(s.policy_latent), s.chunks)
-        self._update_evidence(module, torch.cat([evidence, evidence.new_zeros(1)]), s.finite)
 
     @staticmethod
     def _evidence(s: CreditState) -> torch.Tensor:

@@ -45,7 +45,7 @@ ONE_HOT_CREDIT_MODES = tuple(mode for mode in CREDIT_MODES if mode != "expected_
 # How far each mode trusts the classifier (`trust=` in the config; None: not at all
 # degraded, the pure estimator): `evidence`, from held-out evidence accumulated over
 # batches with the episode chunk as the unit (`evidence_trust`).
-TRUST_MODES = ("evidence", "consistency")
+TRUST_MODES = ("evidence",)
 
 # `hca`: the ratio pi/q is clipped to [0, HCA_RATIO_CLIP] (method note, section 2.2).
 HCA_RATIO_CLIP = 10.0
@@ -288,69 +288,6 @@ def evidence_trust(evidence: torch.Tensor) -> Dict[str, torch.Tensor]:
     trust = trust * torch.clamp(scale, max=1.0)
     scale = torch.where(usable, torch.clamp(scale, min=1.0), torch.zeros_like(n))
     return {"trust": trust.float(), "scale": scale.float(), "z": z.float()}
-
-
-# --- Trust from the gradient's consistency with A2C's (`trust="consistency"`) ----------
-
-
-def policy_logit_gradients(weights: torch.Tensor, pi_probs: torch.Tensor) -> torch.Tensor:
-    """The ascent direction of `sum_a W[t, a] log pi(a|s_t)` in the policy's logits:
-    `W[t, .] - pi_t sum_a W[t, a]` (`[N, A]`; linear in `W`)."""
-    return weights - pi_probs * weights.sum(-1, keepdim=True)
-
-
-def consistency_evidence(a2c_weights: torch.Tensor, credit_weights: torch.Tensor, pi_probs: torch.Tensor,
-                         features: torch.Tensor, chunks: torch.Tensor) -> torch.Tensor:
-    """This batch's evidence that the credit estimator's policy gradient differs from
-    A2C's in expectation.
-
-    A2C's gradient is unbiased; with the exact posterior so is the credit estimator's, so
-    the difference `D` of the two has mean 0, whatever the classifier drops as noise.
-    `D` is taken on the policy's last layer: per chunk `c`, `D_c = sum_t d_t (x) [f_t, 1]`,
-    `d_t` the difference of `policy_logit_gradients` and `f_t` the policy's features.
-    With the chunks independent, `u = ||sum_c D_c||^2 / sum_c ||D_c||^2 - 1` is about 0
-    when `E[D] = 0` and about `(n - 1) rho` otherwise, `rho = ||E D_c||^2 / E||D_c||^2`
-    (the share of the difference that is bias): the unit of the test is the batch.
-
-    Returns `[1, u, u^2]` (float64, shape `[3]`), zeros when the batch has fewer than 2
-    chunks or no difference at all.
-    """
-    d = policy_logit_gradients((a2c_weights - credit_weights).to(torch.float64), pi_probs.to(torch.float64))
-    f = torch.cat([features.detach().to(torch.float64), d.new_ones(len(d), 1)], dim=-1)
-    num_chunks = int(chunks.max()) + 1 if chunks.numel() else 0
-    zeros = d.new_zeros(3)
-    if num_chunks < 2:
-        return zeros
-    per_chunk = d.new_zeros(num_chunks, d.shape[-1] * f.shape[-1]).index_add_(
-        0, chunks, (d.unsqueeze(-1) * f.unsqueeze(-2)).flatten(1))
-    spread = (per_chunk * per_chunk).sum()
-    if not bool(spread > 1e-24):
-        return zeros
-    total = per_chunk.sum(0)
-    u = (total * total).sum() / spread - 1.0
-    return torch.stack([d.new_tensor(1.0), u, u * u])
-
-
-def consistency_trust(evidence: torch.Tensor) -> Dict[str, torch.Tensor]:
-    """Trust from accumulated `consistency_evidence` (`[3]`, `accumulate_evidence`).
-
-    `z` is the mean `u` over the recent batches over its standard error (batches are
-    independent); the trust is 1 up to `z = Z_FULL_TRUST / 2`, falling linearly to 0 at
-    `Z_FULL_TRUST`: the credit estimator is used unless its gradient is detectably not
-    A2C's in expectation. Fewer than 2 batches: trust 0 (as A2C).
-
-    Returns `trust` and `z` (float32 scalars).
-    """
-    ev = evidence.to(torch.float64)
-    n, su, suu = ev[..., 0], ev[..., 1], ev[..., 2]
-    usable = n >= 2.0
-    safe_n = torch.where(usable, n, torch.full_like(n, 2.0))
-    variance = torch.clamp((suu - su * su / safe_n) / (safe_n - 1.0), min=0.0)
-    z = torch.where(usable, su / torch.clamp(torch.sqrt(safe_n * variance), min=1e-12), torch.zeros_like(n))
-    onset = 0.5 * Z_FULL_TRUST
-    trust = torch.where(usable, 1.0 - torch.clamp((z - onset) / (Z_FULL_TRUST - onset), 0.0, 1.0),
-                        torch.zeros_like(n))
-    return {"trust": trust.float(), "z": z.float()}
 
 
 # --- Policy-gradient weights (method note, section 2) ----------------------------------

@@ -33,9 +33,7 @@ HCA_TRAINING_DEFAULTS: Dict[str, Any] = {
     # `c2a2c`: the gate min(1, |log q - log pi| / delta) is full from delta nats.
     "c2a2c_delta": 0.1,
     # How far to trust the classifier, degrading each mode toward A2C where its held-out
-    # evidence is weak (method note, section 2.4): "evidence"; "consistency" (the credit
-    # estimator unless its gradient detectably differs from A2C's in expectation;
-    # expected_hca); or None (pure estimators).
+    # evidence is weak (method note, section 2.4): "evidence", or None (pure estimators).
     "trust": "evidence",
     # The hindsight classifier (module.HindsightSpec), its loss weight in the main step,
     # its extra classifier-only passes over each batch and its learning rate (3x the
@@ -256,9 +254,6 @@ def config_errors(config):
         yield (f"hindsight.outcome='reward' takes credit in {list(REWARD_OUTCOME_CREDIT_MODES)} "
                f"(its weights are all-action), got credit={config.credit!r}")
     yield from filter(None, [_window_error(config)])
-    if config.trust == "consistency" and config.credit in ("hca", "c2a2c"):
-        yield (f"trust='consistency' takes credit='expected_hca' (or 'a2c'), whose all-action "
-               f"weights it compares with A2C's; got credit={config.credit!r}: use trust='evidence'")
     if config.credit != "a2c" and config.hindsight_loss_coeff == 0 and config.hindsight_epochs == 0:
         yield (f"credit={config.credit!r} needs a trained classifier: hindsight_loss_coeff "
                f"must be > 0 (or hindsight_epochs >= 1), got 0")

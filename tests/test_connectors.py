@@ -264,19 +264,6 @@ def test_untrained_classifier_with_evidence_trust_is_a2c_exactly(credit_mode):
     assert float(module.trust_evidence[0, 0]) == 2.0  # the two chunks were counted
 
 
-def test_consistency_trust_starts_as_a2c_and_counts_the_batch():
-    """`trust="consistency"`: the first batch has no evidence before it (trust 0, A2C's
-    weights exactly); its own evidence, one batch's `[1, u, u^2]`, serves the next."""
-    config = HCAConfig().training(credit="expected_hca", trust="consistency")
-    batch = make_batch(seed=2)
-    out, module, metrics = run(config, dict(batch))
-    torch.testing.assert_close(out[CREDIT_WEIGHTS][batch[Columns.LOSS_MASK]], _a2c_weights(module, batch, config))
-    assert metrics.reduce()[MID]["credit/trust"].peek() == 0.0
-    evidence = module.trust_evidence[0]
-    assert float(evidence[0]) == 1.0 and float(evidence[2]) == pytest.approx(float(evidence[1]) ** 2, rel=1e-5)
-    assert float(evidence[3]) == 0.0
-
-
 def _module_with_classifier(config, actions, push: float):
     """A module whose classifier is `logits_pi + push * onehot(actions)`: its deviation
     from pi points at the taken actions (push > 0) or away from them (push < 0)."""
