@@ -194,7 +194,6 @@ def test_a_module_of_another_shape(made, cli, tmp_path):
     one_error(resume(cli, copy), "module of other shape", "'outcome': 'reward'")
 
 
-
 def test_another_package_version_with_an_incompatible_module(made, cli, tmp_path):
     checkpoint = tmp_path / "old_checkpoint"
     shutil.copytree(newest(made[0]), checkpoint)
@@ -266,6 +265,7 @@ def test_the_0_1_0_checkpoint_holds_the_removed_fields_at_their_defaults(old_run
 
     checkpoint = newest(old_run)
     assert checkpoint_version(checkpoint) == "0.1.0"
+    # The raw pickle: `runner.checkpoint_algorithm` returns it upgraded (removed fields dropped)
     state = pickle.loads((checkpoint / "class_and_ctor_args.pkl").read_bytes())["ctor_args_and_kwargs"][0][0]
     assert {field: state[field] for field in REMOVED_FIELDS} == {f: d for f, (d, _) in REMOVED_FIELDS.items()}
     assert state["hindsight"]["balanced"] is False and state["hindsight"]["num_bins"] == 21
