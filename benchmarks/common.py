@@ -283,6 +283,23 @@ def command_line(argv: Optional[Sequence[str]] = None) -> str:
     return " ".join([".venv/bin/python"] + [shlex.quote(a) for a in argv])
 
 
+def code_version() -> str:
+    """The commit measured (short hash), with " + uncommitted changes" where the package
+    or the tuned examples differ from it; "unknown" outside a git checkout."""
+    import subprocess
+
+    def git(*args):
+        try:
+            return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True,
+                                  timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    dirty = head != "unknown" and git("status", "--porcelain", "hca_rllib", "tuned_examples")
+    return head + (" + uncommitted changes" if dirty else "")
+
+
 def machine_note() -> Dict[str, Any]:
     """Where a run happened: host, CPUs, load, versions."""
     note: Dict[str, Any] = {
@@ -557,6 +574,8 @@ def machine_summary(runs) -> Dict[str, Any]:
         "versions": sorted({f"ray {d['versions']['ray']}, torch {d['versions']['torch']}"
                             for d in datas if "versions" in d}),
         "torch_num_threads": sorted({d.get("torch_num_threads") for d in datas}),
+        # Runs made before records carried their commit count as "not recorded".
+        "code": sorted({d.get("code", "not recorded") for d in datas}),
         "loadavg_1min_at_run_start": [min(loads), max(loads)] if loads else None,
         "num_runs": len(datas),
         "total_wall_s": float(sum(d["wall_s"] for d in datas)),

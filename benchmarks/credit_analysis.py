@@ -300,20 +300,23 @@ def aggregate_over_settings(summary: Dict[str, Any], only_seeds=None) -> Dict[st
     """rliable-style aggregate over all settings (the tasks): IQM of pi(optimal first
     action) over the (seed, setting) runs of each method, and its difference to a2c with a
     paired stratified bootstrap CI (95%, and at the Bonferroni level 1 - 0.05/k for picking
-    the best of the k other methods). Only seeds every method ran on every setting."""
+    the best of the k other methods). Only methods that ran on every setting, and only
+    seeds every one of them ran on every setting; where that leaves no baseline or fewer
+    than 2 seeds, `{"missing": why}`."""
     from hca_rllib.stats import iqm, iqm_ci, paired_stratified_difference_ci
 
     names = list(summary["settings"])
     methods = [m for m in METHODS if names and all(
         m in summary["settings"][n]["methods"] for n in names)]
     if BASELINE not in methods:
-        return {}
+        return {"missing": f"{BASELINE} has not run on every setting"}
     seeds = sorted(set.intersection(*[set(summary["settings"][n]["methods"][m]["seeds"])
                                       for n in names for m in methods]))
     if only_seeds is not None:
         seeds = [s for s in seeds if s in only_seeds]
     if len(seeds) < 2:
-        return {}
+        return {"missing": f"{len(seeds)} seed(s) common to every method on every setting "
+                           f"({', '.join(methods)}); the aggregate needs 2"}
 
     def matrix(method):
         cols = []
@@ -411,6 +414,8 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
                      f"{fmt(mi, 4)} | {w} | "
                      + " | ".join(cells) + " |")
     agg = summary.get("aggregate") or {}
+    if agg.get("missing"):
+        lines += ["", f"No aggregate over the settings: {agg['missing']}."]
     if agg.get("methods"):
         lines += ["", f"## Aggregate over the {len(agg['settings'])} settings "
                   f"({len(agg['seeds'])} seeds)", "",

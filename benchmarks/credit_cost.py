@@ -63,7 +63,7 @@ for _path in (str(REPO), str(BENCH_DIR)):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
-from common import CREDIT_METHODS, DEFAULT_CREDIT, command_line, write_json  # noqa: E402
+from common import CREDIT_METHODS, DEFAULT_CREDIT, code_version, command_line, write_json  # noqa: E402
 
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "credit_cost_outcome"
 _REWARD = CREDIT_METHODS["reward_w32"]
@@ -259,7 +259,7 @@ def main(argv=None) -> int:
     variants = list(QUICK_VARIANTS if args.quick else (args.variants or DEFAULT_VARIANTS))
     if "a2c" not in variants:
         variants.insert(0, "a2c")
-    start, code = time.perf_counter(), _code_version()
+    start, code = time.perf_counter(), code_version()
     results = measure(args.env, variants, args.rounds, args.block, warmup, args.repeats)
     section = {"command": command_line(), "machine": _machine(), "code": code, "repeats": args.repeats,
                "rounds": args.rounds, "block": args.block, "warmup": warmup,
@@ -275,17 +275,6 @@ def main(argv=None) -> int:
     (out / "summary.md").write_text(markdown(summary))
     print((out / "summary.md").read_text())
     return 0
-
-
-def _code_version() -> str:
-    """The commit measured, and whether the package had uncommitted changes."""
-    import subprocess
-
-    def git(*args):
-        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout.strip()
-
-    head = git("rev-parse", "--short", "HEAD") or "unknown"
-    return head + (" + uncommitted changes" if git("status", "--porcelain", "hca_rllib", "tuned_examples") else "")
 
 
 def _machine() -> str:

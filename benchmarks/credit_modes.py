@@ -83,6 +83,7 @@ from common import (  # noqa: E402  (benchmarks/common.py, found via BENCH_DIR)
     EpisodeLog,
     cell_path,
     check_grid_args,
+    code_version,
     command_line,
     fmt,
     grid_parser,
@@ -352,6 +353,7 @@ def run_spec(task: str, spec: Dict[str, Any], method: str, overrides: Dict[str, 
                      "rollout_fragment_length": config.get_rollout_fragment_length(),
                      "other": settings_note},
         "versions": {"ray": ray.__version__, "torch": torch.__version__},
+        "code": code_version(),
         "torch_num_threads": torch.get_num_threads(),
         "machine": {**machine_note(), "loadavg_at_start": load_start},
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -493,7 +495,7 @@ def summary_markdown(summary: Dict[str, Any], runs) -> str:
             f"{machine['loadavg_1min_at_run_start']} (a shared machine: steps/s are "
             f"indicative only). {machine['num_runs']} runs, {machine['total_wall_s'] / 60:.1f} "
             f"min of run wall time, finished {machine['first_finished']} .. "
-            f"{machine['last_finished']}.",
+            f"{machine['last_finished']}; code {', '.join(machine.get('code', []))}.",
             "",
         ]
     ci_methods = set()

@@ -495,7 +495,8 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
                   f"{'; '.join(machine['versions'])}; 1-min load at run starts "
                   f"{machine['loadavg_1min_at_run_start']}. {machine['num_runs']} runs, "
                   f"{machine['total_wall_s'] / 3600:.2f} h of run wall time, finished "
-                  f"{machine['first_finished']} .. {machine['last_finished']}.", ""]
+                  f"{machine['first_finished']} .. {machine['last_finished']}; code "
+                  f"{', '.join(machine.get('code', []))}.", ""]
     t = targets(summary)
     lines += ["## Targets", ""]
     if t["provisional"]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import os
 import subprocess
 import sys
@@ -315,6 +316,37 @@ def test_fragment_visible_fraction_brute_force():
         starts = np.arange(64 * 64) * length  # odd lengths visit every offset equally
         visible = (starts // 64) == ((starts + length - 1) // 64)
         assert ca.fragment_visible_fraction(length) == pytest.approx(visible.mean()), length
+
+
+def test_aggregate_over_settings_says_why_it_is_missing():
+    """Too few common seeds, or no baseline on a setting: no aggregate, and the reason
+    (not a silent empty section)."""
+    ca = _import_benchmark("credit_analysis")
+
+    def summary(a2c_seeds, default_seeds):
+        runs = {"a2c": a2c_seeds, ca.DEFAULT_METHOD: default_seeds}
+        methods = {m: {"seeds": seeds, "p_good": [0.5 + 0.01 * s for s in seeds]}
+                   for m, seeds in runs.items() if seeds}
+        return {"settings": {"one": {"methods": methods}, "two": {"methods": dict(methods)}}}
+
+    both = ca.aggregate_over_settings(summary([0, 1, 2], [0, 1, 2]))
+    assert both["seeds"] == [0, 1, 2] and set(both["methods"]) == {"a2c", ca.DEFAULT_METHOD}
+    few = ca.aggregate_over_settings(summary([0, 1, 2], [2]))
+    assert few == {"missing": f"1 seed(s) common to every method on every setting "
+                              f"(a2c, {ca.DEFAULT_METHOD}); the aggregate needs 2"}
+    assert ca.aggregate_over_settings(summary([], [0, 1])) == {
+        "missing": "a2c has not run on every setting"}
+
+
+def test_run_records_name_the_code_measured():
+    """Each run record carries the commit measured; older records read "not recorded"."""
+    common = _import_benchmark("common")
+    code = common.code_version()
+    assert code == "unknown" or re.fullmatch(r"[0-9a-f]{7,40}( \+ uncommitted changes)?", code), code
+    record = {"machine": {"host": "h", "cpu_count": 2, "platform": "p"}, "versions": {"ray": "r", "torch": "t"},
+              "wall_s": 1.0, "finished_at": "t0"}
+    runs = {"task": {"m": {0: dict(record, code="abc1234"), 1: dict(record)}}}
+    assert common.machine_summary(runs)["code"] == ["abc1234", "not recorded"]
 
 
 def test_decision_information_closed_forms():
