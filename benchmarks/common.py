@@ -132,6 +132,11 @@ CREDIT_METHODS: Dict[str, Dict[str, Any]] = {
                         "hindsight": {"hiddens": [128, 128], "outcome": "reward", "window": 32}},
     "reward_w64_pure": {**DEFAULT_CREDIT, "trust": None,
                         "hindsight": {"hiddens": [128, 128], "outcome": "reward", "window": 64}},
+    # A2C at 1.5, 2 and 3 times its learning rate (7e-4): the control for a credit mode
+    # whose gain might be a larger effective step rather than better credit.
+    "a2c_lr15": {**A2C_WITH_CLASSIFIER, "lr": 1.05e-3},
+    "a2c_lr2x": {**A2C_WITH_CLASSIFIER, "lr": 1.4e-3},
+    "a2c_lr3x": {**A2C_WITH_CLASSIFIER, "lr": 2.1e-3},
 }
 
 
