@@ -141,6 +141,14 @@ def test_tuned_example_sweeps_are_valid(which, trials):
         config.validate()
 
 
+def test_a_bare_sweep_compares_a2c_with_the_default_credit_mode():
+    from hca_rllib.cli import make_parser
+    from hca_rllib.fields import HCA_TRAINING_DEFAULTS
+
+    args = make_parser().parse_args(["sweep", "--envs", "CartPole-v1"])
+    assert args.credits.split(",") == ["a2c", HCA_TRAINING_DEFAULTS["credit"]] == ["a2c", "expected_hca"]
+
+
 def test_tuned_sweeps_take_credits_and_seeds():
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tuned_examples.sweeps import main, sweep_kwargs

@@ -8,6 +8,7 @@ from hca_rllib.cli.arguments import (MAX_COUNT, UsageError, address_argument, fl
                                      unknown_keys_error,
                                      name_argument, parse_overrides, storage_argument, wandb_project_argument)
 from hca_rllib.credit import CREDIT_MODES
+from hca_rllib.fields import HCA_TRAINING_DEFAULTS
 from hca_rllib.sweep import MAX_CPUS_PER_ENV_RUNNER
 
 HELP = "Ray Tune over envs x credit modes x seeds, with retries and a report"
@@ -23,7 +24,9 @@ def sweep_name_argument(text: str) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the arguments of `hca-rllib sweep` to `parser` (a subparser)."""
     parser.add_argument("--envs", required=True, help="comma-separated env ids, e.g. atari/Pong,atari/Breakout")
-    parser.add_argument("--credits", default="a2c,hca", help=f"comma-separated, from {','.join(CREDIT_MODES)}")
+    parser.add_argument("--credits", default=f"a2c,{HCA_TRAINING_DEFAULTS['credit']}",
+                        help=f"comma-separated, from {','.join(CREDIT_MODES)} (default: A2C against the "
+                             f"default credit mode)")
     parser.add_argument("--seeds", default="0,1", help="comma-separated seeds")
     parser.add_argument("--stop-timesteps", type=int_argument(1), default=100_000)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
