@@ -137,6 +137,9 @@ CREDIT_METHODS: Dict[str, Dict[str, Any]] = {
     "a2c_lr15": {**A2C_WITH_CLASSIFIER, "lr": 1.05e-3},
     "a2c_lr2x": {**A2C_WITH_CLASSIFIER, "lr": 1.4e-3},
     "a2c_lr3x": {**A2C_WITH_CLASSIFIER, "lr": 2.1e-3},
+    # The default at 2 and 3 times the learning rate, to compare with A2C at the same one.
+    "expected_hca_blend_lr2x": {**DEFAULT_CREDIT, "lr": 1.4e-3},
+    "expected_hca_blend_lr3x": {**DEFAULT_CREDIT, "lr": 2.1e-3},
 }
 
 
