@@ -100,6 +100,10 @@ DEFAULT_METHOD = "expected_hca_blend_nomem"  # the package default (common.DEFAU
 # other seeds alone.
 SCREEN_SEEDS = (0, 1)
 KEY_TO_DOOR_TARGET_SETTINGS = ("key_to_door_L40_sd1", "key_to_door_L20_sd6")
+# The learning-rate control: the default (`expected_hca_blend_<scale>`) against A2C
+# (`a2c_<scale>`) at the same multiple of the learning rate, where both ran.
+DEFAULT_METHOD_STEM = "expected_hca_blend"
+LEARNING_RATE_SCALES = ("lr2x", "lr3x")
 KEY_TO_DOOR_MARGIN = 0.05
 
 METHODS: Dict[str, Dict[str, Any]] = dict(CREDIT_METHODS)
@@ -289,6 +293,10 @@ def aggregate(out: Path) -> Dict[str, Any]:
     summary["aggregate"] = aggregate_over_settings(summary)
     summary["aggregate_unscreened_seeds"] = aggregate_over_settings(
         summary, only_seeds=[s for s in range(FULL_SEEDS) if s not in SCREEN_SEEDS])
+    summary["matched_learning_rates"] = {
+        scale: aggregate_over_settings(summary, baseline=f"a2c_{scale}", methods=[f"{DEFAULT_METHOD_STEM}_{scale}"])
+        for scale in LEARNING_RATE_SCALES
+        if all(m in runs.get(n, {}) for n in runs for m in (f"a2c_{scale}", f"{DEFAULT_METHOD_STEM}_{scale}"))}
     summary["targets"] = targets(summary)
     write_json(out / "summary.json", summary)
     (out / "summary.md").write_text(summary_markdown(summary))
@@ -296,20 +304,22 @@ def aggregate(out: Path) -> Dict[str, Any]:
     return summary
 
 
-def aggregate_over_settings(summary: Dict[str, Any], only_seeds=None) -> Dict[str, Any]:
+def aggregate_over_settings(summary: Dict[str, Any], only_seeds=None, baseline: str = BASELINE,
+                            methods=None) -> Dict[str, Any]:
     """rliable-style aggregate over all settings (the tasks): IQM of pi(optimal first
-    action) over the (seed, setting) runs of each method, and its difference to a2c with a
-    paired stratified bootstrap CI (95%, and at the Bonferroni level 1 - 0.05/k for picking
-    the best of the k other methods). Only methods that ran on every setting, and only
-    seeds every one of them ran on every setting; where that leaves no baseline or fewer
-    than 2 seeds, `{"missing": why}`."""
+    action) over the (seed, setting) runs of each method, and its difference to the
+    `baseline` (a2c; the key keeps the name `difference_vs_a2c`) with a paired stratified
+    bootstrap CI (95%, and at the Bonferroni level 1 - 0.05/k for picking the best of the
+    k other methods). `methods`: those to compare (None: every one). Only methods that ran
+    on every setting, and only seeds every one of them ran on every setting; where that
+    leaves no baseline or fewer than 2 seeds, `{"missing": why}`."""
     from hca_rllib.stats import iqm, iqm_ci, paired_stratified_difference_ci
 
     names = list(summary["settings"])
-    methods = [m for m in METHODS if names and all(
+    methods = [m for m in METHODS if (methods is None or m in methods or m == baseline) and names and all(
         m in summary["settings"][n]["methods"] for n in names)]
-    if BASELINE not in methods:
-        return {"missing": f"{BASELINE} has not run on every setting"}
+    if baseline not in methods:
+        return {"missing": f"{baseline} has not run on every setting"}
     seeds = sorted(set.intersection(*[set(summary["settings"][n]["methods"][m]["seeds"])
                                       for n in names for m in methods]))
     if only_seeds is not None:
@@ -327,13 +337,13 @@ def aggregate_over_settings(summary: Dict[str, Any], only_seeds=None) -> Dict[st
         return np.array(cols).T  # (seeds, settings)
 
     k = len(methods) - 1
-    base = matrix(BASELINE)
-    out: Dict[str, Any] = {"settings": names, "seeds": seeds, "methods": {}}
+    base = matrix(baseline)
+    out: Dict[str, Any] = {"settings": names, "seeds": seeds, "baseline": baseline, "methods": {}}
     for method in methods:
         scores = matrix(method)
         point, low, high, _ = iqm_ci(scores)
         entry = {"iqm": point, "iqm_ci": [low, high]}
-        if method != BASELINE:
+        if method != baseline:
             d, d_low, d_high = paired_stratified_difference_ci(scores, base, iqm)
             _, b_low, b_high = paired_stratified_difference_ci(scores, base, iqm,
                                                                level=1 - 0.05 / k)
@@ -443,6 +453,22 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
                   f"settings): `{DEFAULT_METHOD}` IQM - a2c {d['point']:+.3f} "
                   f"[{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}], mean - a2c {md['point']:+.3f} "
                   f"[{md['ci'][0]:+.3f}, {md['ci'][1]:+.3f}]."]
+    matched = {scale: a for scale, a in (summary.get("matched_learning_rates") or {}).items()}
+    if matched:
+        lines += ["", "## The default against A2C at the same learning rate", "",
+                  "Both at a multiple of the learning rate (7e-4); IQM and mean over the "
+                  "(seed, setting) runs, paired stratified bootstrap.", "",
+                  "| learning rate | A2C IQM | default IQM | default - A2C, IQM (95% CI) | mean (95% CI) |",
+                  "|---|---|---|---|---|"]
+        for scale, a in matched.items():
+            if a.get("missing"):
+                lines.append(f"| {scale} | {a['missing']} | | | |")
+                continue
+            base, ours = a["methods"][a["baseline"]], a["methods"][f"{DEFAULT_METHOD_STEM}_{scale}"]
+            d, md = ours["difference_vs_a2c"], ours["mean_difference_vs_a2c"]
+            lines.append(f"| {scale} | {base['iqm']:.3f} | {ours['iqm']:.3f} | {d['point']:+.3f} "
+                         f"[{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}] | {md['point']:+.3f} "
+                         f"[{md['ci'][0]:+.3f}, {md['ci'][1]:+.3f}] |")
     t = summary.get("targets") or {}
     verdict = {True: "**met**", False: "**not met**"}
     if "aggregate_met" in t:

@@ -338,6 +338,20 @@ def test_aggregate_over_settings_says_why_it_is_missing():
         "missing": "a2c has not run on every setting"}
 
 
+def test_aggregate_against_another_baseline():
+    """The learning-rate control: the default at 2x against A2C at 2x, the other methods
+    left out; the difference is the paired one against that baseline."""
+    ca = _import_benchmark("credit_analysis")
+    scores = {"a2c": 0.5, "a2c_lr2x": 0.7, "expected_hca_blend_lr2x": 0.75, ca.DEFAULT_METHOD: 0.9}
+    methods = {m: {"seeds": [0, 1, 2], "p_good": [v] * 3} for m, v in scores.items()}
+    summary = {"settings": {"one": {"methods": methods}, "two": {"methods": methods}}}
+    agg = ca.aggregate_over_settings(summary, baseline="a2c_lr2x", methods=["expected_hca_blend_lr2x"])
+    assert agg["baseline"] == "a2c_lr2x" and set(agg["methods"]) == {"a2c_lr2x", "expected_hca_blend_lr2x"}
+    assert agg["methods"]["expected_hca_blend_lr2x"]["difference_vs_a2c"]["point"] == pytest.approx(0.05)
+    assert ca.aggregate_over_settings(summary)["methods"][ca.DEFAULT_METHOD]["difference_vs_a2c"][
+        "point"] == pytest.approx(0.4)
+
+
 def test_run_records_name_the_code_measured():
     """Each run record carries the commit measured; older records read "not recorded"."""
     common = _import_benchmark("common")
