@@ -293,10 +293,17 @@ def aggregate(out: Path) -> Dict[str, Any]:
     summary["aggregate"] = aggregate_over_settings(summary)
     summary["aggregate_unscreened_seeds"] = aggregate_over_settings(
         summary, only_seeds=[s for s in range(FULL_SEEDS) if s not in SCREEN_SEEDS])
-    summary["matched_learning_rates"] = {
-        scale: aggregate_over_settings(summary, baseline=f"a2c_{scale}", methods=[f"{DEFAULT_METHOD_STEM}_{scale}"])
-        for scale in LEARNING_RATE_SCALES
-        if all(m in runs.get(n, {}) for n in runs for m in (f"a2c_{scale}", f"{DEFAULT_METHOD_STEM}_{scale}"))}
+    summary["matched_learning_rates"] = {}
+    for scale in LEARNING_RATE_SCALES:
+        base, ours = f"a2c_{scale}", f"{DEFAULT_METHOD_STEM}_{scale}"
+        if not all(base in runs[n] and ours in runs[n] for n in runs):
+            continue
+        matched = aggregate_over_settings(summary, baseline=base, methods=[ours])
+        matched["per_setting"] = {
+            n: paired_difference({s: d["p_good_action_final"] for s, d in runs[n][ours].items()},
+                                 {s: d["p_good_action_final"] for s, d in runs[n][base].items()})
+            for n in summary["settings"]}
+        summary["matched_learning_rates"][scale] = matched
     summary["targets"] = targets(summary)
     write_json(out / "summary.json", summary)
     (out / "summary.md").write_text(summary_markdown(summary))
@@ -469,6 +476,18 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
             lines.append(f"| {scale} | {base['iqm']:.3f} | {ours['iqm']:.3f} | {d['point']:+.3f} "
                          f"[{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}] | {md['point']:+.3f} "
                          f"[{md['ci'][0]:+.3f}, {md['ci'][1]:+.3f}] |")
+        scales = [scale for scale, a in matched.items() if a.get("per_setting")]
+        if scales:
+            lines += ["", "Per setting, the default - A2C at the same learning rate (mean of the paired "
+                      "differences over seeds, 95% CI; bold: the CI excludes 0):", "",
+                      "| setting | " + " | ".join(scales) + " |", "|---" * (len(scales) + 1) + "|"]
+            for name in summary["settings"]:
+                cells = []
+                for scale in scales:
+                    v = matched[scale]["per_setting"].get(name)
+                    text = "—" if not v else f"{v['mean']:+.3f} [{v['ci_low']:+.3f}, {v['ci_high']:+.3f}]"
+                    cells.append(f"**{text}**" if v and v["excludes_zero"] else text)
+                lines.append(f"| {name} | " + " | ".join(cells) + " |")
     t = summary.get("targets") or {}
     verdict = {True: "**met**", False: "**not met**"}
     if "aggregate_met" in t:
