@@ -140,6 +140,13 @@ CREDIT_METHODS: Dict[str, Dict[str, Any]] = {
     # The default at 2 and 3 times the learning rate, to compare with A2C at the same one.
     "expected_hca_blend_lr2x": {**DEFAULT_CREDIT, "lr": 1.4e-3},
     "expected_hca_blend_lr3x": {**DEFAULT_CREDIT, "lr": 2.1e-3},
+    # The pure estimators (return and reward outcome) at those learning rates.
+    "expected_hca_pure_lr2x": {**DEFAULT_CREDIT, "trust": None, "lr": 1.4e-3},
+    "expected_hca_pure_lr3x": {**DEFAULT_CREDIT, "trust": None, "lr": 2.1e-3},
+    "reward_w32_pure_lr2x": {**DEFAULT_CREDIT, "trust": None, "lr": 1.4e-3,
+                             "hindsight": {"hiddens": [128, 128], "outcome": "reward", "window": 32}},
+    "reward_w32_pure_lr3x": {**DEFAULT_CREDIT, "trust": None, "lr": 2.1e-3,
+                             "hindsight": {"hiddens": [128, 128], "outcome": "reward", "window": 32}},
 }
 
 
