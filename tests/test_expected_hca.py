@@ -119,6 +119,31 @@ def test_shrunk_posterior_bias_is_what_the_closed_form_says(alpha):
     assert abs(scaled.mean() - 0.2) < 4 * scaled.std(ddof=1) / math.sqrt(n)
 
 
+def test_an_overconfident_classifier_makes_the_blended_step_larger_than_a2c():
+    """A classifier more confident than the posterior, `q = pi + alpha (h - pi)` with
+    alpha = 1.25 (h stays in (0.1, 0.9) here, so q is a distribution): its raw calibration
+    scale r = 1 / alpha = 0.8 goes into the trust (w = r at full z), and the blended
+    gradient's mean is `(1 - r) g + r * alpha g = (2 - r) g` = 1.2 times A2C's, not A2C's."""
+    alpha, p = 1.25, 0.5
+    took_a, z, h = bandit_samples(p, seed=14)
+    n = len(z)
+    assert 0.1 < h.min() and h.max() < 0.9
+    q, pi = _probs(p + alpha * (h - p)), _probs(np.full(n, p))
+    actions = torch.as_tensor(np.where(took_a, 0, 1))
+    out = C.evidence_trust(C.calibration_evidence(actions, pi, q, torch.arange(n)))
+    assert float(out["z"]) > 10 and float(out["scale"]) == 1.0
+    assert float(out["trust"]) == pytest.approx(1 / alpha, rel=0.03)
+    cf = closed_forms(p)
+    returns, values = torch.as_tensor(z), torch.full((n,), cf["v"], dtype=F64)
+    weights = C.credit_weights("expected_hca", actions=actions, gae=returns - values, log_pi_all=torch.log(pi),
+                               log_q_all=torch.log(q), returns=returns, values=values,
+                               trust=out["trust"].to(F64), scale=out["scale"].to(F64))["weights"]
+    g = _logit_gradient_of_a(weights, pi).numpy()
+    r = float(out["trust"])
+    assert abs(g.mean() - (2 - r) * cf["a2c_mean"]) < 4 * g.std(ddof=1) / math.sqrt(n)
+    assert g.mean() > 1.15 * cf["a2c_mean"]
+
+
 def test_expected_hca_is_exactly_zero_when_q_equals_pi():
     g = torch.Generator().manual_seed(0)
     pi = torch.softmax(torch.randn(50, 4, generator=g, dtype=F64), -1)
