@@ -135,7 +135,8 @@ def test_credit_modes_find_the_delayed_effect_as_reliably_as_a2c(ray_local, meth
 
 # Key-to-door with apple noise 6 (`benchmarks/credit_analysis.py` key_to_door_L20_sd6):
 # the key, picked at step 1, pays 5 at the door 21 steps later; 20 rooms of apples
-# (p 0.3, reward N(1, 6^2)) hide it. The benchmark (5 seeds): the default +0.074 over A2C at 7e-4, -0.001 at 2x.
+# (p 0.3, reward N(1, 6^2)) hide it. The benchmark (5 seeds): the default +0.074 over A2C
+# at the learning rate 7e-4; -0.001 against A2C with both at twice it.
 KEY_TO_DOOR = dict(distractor_length=20, apple_noise_std=6.0, apple_prob=0.3, apple_reward=1.0,
                    door_reward=5.0)
 KEY_TO_DOOR_STEPS = 30_000
