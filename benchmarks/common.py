@@ -132,22 +132,19 @@ CREDIT_METHODS: Dict[str, Dict[str, Any]] = {
                         "hindsight": {"hiddens": [128, 128], "outcome": "reward", "window": 32}},
     "reward_w64_pure": {**DEFAULT_CREDIT, "trust": None,
                         "hindsight": {"hiddens": [128, 128], "outcome": "reward", "window": 64}},
-    # A2C at 1.5, 2 and 3 times its learning rate (7e-4): the control for a credit mode
-    # whose gain might be a larger effective step rather than better credit.
-    "a2c_lr15": {**A2C_WITH_CLASSIFIER, "lr": 1.05e-3},
-    "a2c_lr2x": {**A2C_WITH_CLASSIFIER, "lr": 1.4e-3},
-    "a2c_lr3x": {**A2C_WITH_CLASSIFIER, "lr": 2.1e-3},
-    # The default at 2 and 3 times the learning rate, to compare with A2C at the same one.
-    "expected_hca_blend_lr2x": {**DEFAULT_CREDIT, "lr": 1.4e-3},
-    "expected_hca_blend_lr3x": {**DEFAULT_CREDIT, "lr": 2.1e-3},
-    # The pure estimators (return and reward outcome) at those learning rates.
-    "expected_hca_pure_lr2x": {**DEFAULT_CREDIT, "trust": None, "lr": 1.4e-3},
-    "expected_hca_pure_lr3x": {**DEFAULT_CREDIT, "trust": None, "lr": 2.1e-3},
-    "reward_w32_pure_lr2x": {**DEFAULT_CREDIT, "trust": None, "lr": 1.4e-3,
-                             "hindsight": {"hiddens": [128, 128], "outcome": "reward", "window": 32}},
-    "reward_w32_pure_lr3x": {**DEFAULT_CREDIT, "trust": None, "lr": 2.1e-3,
-                             "hindsight": {"hiddens": [128, 128], "outcome": "reward", "window": 32}},
 }
+# The learning-rate control: A2C, the default and the pure estimators (return and
+# reward outcome) at multiples of the learning rate every other method runs at
+# (HCAConfig's 7e-4), `<stem>_<tag>`; a credit mode's gain might be a larger effective
+# step rather than better credit. A2C also at 1.5x, for its own curve.
+BASE_LR = 7e-4
+LEARNING_RATE_SCALES: Dict[str, float] = {"lr15": 1.5, "lr2x": 2.0, "lr3x": 3.0}
+_LR_CONTROL_STEMS = {"a2c": "a2c", "expected_hca_blend": "expected_hca_blend_nomem",
+                     "expected_hca_pure": "expected_hca_pure_nomem", "reward_w32_pure": "reward_w32_pure"}
+CREDIT_METHODS.update({
+    f"{stem}_{tag}": {**CREDIT_METHODS[method], "lr": factor * BASE_LR}
+    for stem, method in _LR_CONTROL_STEMS.items() for tag, factor in LEARNING_RATE_SCALES.items()
+    if stem == "a2c" or tag != "lr15"})
 
 
 def write_json(path: Path, data: Any, *, indent: Optional[int] = None, allow_nan: bool = False) -> None:

@@ -68,6 +68,7 @@ for _path in (str(REPO), str(BENCH_DIR)):
 
 from common import (  # noqa: E402
     CREDIT_METHODS,
+    LEARNING_RATE_SCALES,
     bootstrap_ci,
     check_grid_args,
     cell_path,
@@ -100,9 +101,6 @@ DEFAULT_METHOD = "expected_hca_blend_nomem"  # the package default (common.DEFAU
 # other seeds alone.
 SCREEN_SEEDS = (0, 1)
 KEY_TO_DOOR_TARGET_SETTINGS = ("key_to_door_L40_sd1", "key_to_door_L20_sd6")
-# The learning-rate control: every method `<name>_<scale>` against A2C (`a2c_<scale>`) at
-# the same multiple of the learning rate, where both ran on every setting.
-LEARNING_RATE_SCALES = ("lr2x", "lr3x")
 KEY_TO_DOOR_MARGIN = 0.05
 
 METHODS: Dict[str, Dict[str, Any]] = dict(CREDIT_METHODS)
@@ -258,6 +256,7 @@ def run_all(args, out: Path, names, seeds, methods, steps: int) -> None:
 def aggregate(out: Path) -> Dict[str, Any]:
     runs = load_runs(out, "*/*_seed*.json", ("setting", "method", "seed"))
     summary: Dict[str, Any] = {"command": command_line(), "settings": {}}
+    p_good: Dict[str, Dict[str, Dict[int, float]]] = {}  # setting -> method -> seed -> score
     for name in [n for n in SETTINGS if n in runs]:
         setting = SETTINGS[name]
         entry: Dict[str, Any] = {
@@ -266,7 +265,7 @@ def aggregate(out: Path) -> Dict[str, Any]:
             "information": decision_information(setting["task"], setting["env_config"]),
             "methods": {},
         }
-        p_by_method: Dict[str, Dict[int, float]] = {}
+        p_by_method = p_good[name] = {}
         for method in [m for m in METHODS if m in runs[name]]:
             datas = dict(sorted(runs[name][method].items()))
             p = {s: d["p_good_action_final"] for s, d in datas.items()}
@@ -292,19 +291,18 @@ def aggregate(out: Path) -> Dict[str, Any]:
     summary["aggregate"] = aggregate_over_settings(summary)
     summary["aggregate_unscreened_seeds"] = aggregate_over_settings(
         summary, only_seeds=[s for s in range(FULL_SEEDS) if s not in SCREEN_SEEDS])
+    # The learning-rate control: every method `<stem>_<scale>` against A2C at the same
+    # multiple of the learning rate (`a2c_<scale>`), where both ran on every setting.
     summary["matched_learning_rates"] = {}
     for scale in LEARNING_RATE_SCALES:
         base = f"a2c_{scale}"
         ours = [m for m in METHODS if m != base and m.endswith(f"_{scale}")
-                and all(m in runs[n] for n in runs)]
-        if not ours or not all(base in runs[n] for n in runs):
+                and all(m in p_good[n] for n in p_good)]
+        if not ours or not all(base in p_good[n] for n in p_good):
             continue
         matched = aggregate_over_settings(summary, baseline=base, methods=ours)
-        matched["per_setting"] = {
-            m: {n: paired_difference({s: d["p_good_action_final"] for s, d in runs[n][m].items()},
-                                     {s: d["p_good_action_final"] for s, d in runs[n][base].items()})
-                for n in summary["settings"]}
-            for m in ours}
+        matched["per_setting"] = {m: {n: paired_difference(p[m], p[base]) for n, p in p_good.items()}
+                                  for m in ours}
         summary["matched_learning_rates"][scale] = matched
     summary["targets"] = targets(summary)
     write_json(out / "summary.json", summary)
@@ -325,8 +323,8 @@ def aggregate_over_settings(summary: Dict[str, Any], only_seeds=None, baseline: 
     from hca_rllib.stats import iqm, iqm_ci, paired_stratified_difference_ci
 
     names = list(summary["settings"])
-    methods = [m for m in METHODS if (methods is None or m in methods or m == baseline) and names and all(
-        m in summary["settings"][n]["methods"] for n in names)]
+    wanted = [m for m in METHODS if methods is None or m in methods or m == baseline]
+    methods = [m for m in wanted if names and all(m in summary["settings"][n]["methods"] for n in names)]
     if baseline not in methods:
         return {"missing": f"{baseline} has not run on every setting"}
     seeds = sorted(set.intersection(*[set(summary["settings"][n]["methods"][m]["seeds"])
@@ -485,7 +483,7 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
         if columns:
             lines += ["", "Per setting, the method - A2C at the same learning rate (mean of the paired "
                       "differences over seeds, 95% CI; bold: the CI excludes 0):", "",
-                      "| setting | " + " | ".join(f"{m}" for _, m in columns) + " |",
+                      "| setting | " + " | ".join(m for _, m in columns) + " |",
                       "|---" * (len(columns) + 1) + "|"]
             for name in summary["settings"]:
                 cells = []
