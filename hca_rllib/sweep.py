@@ -45,18 +45,41 @@ def _trial_name(trial) -> str:
     return f"{env}__{c.get('credit')}__seed{c.get('seed')}__{trial.trial_id}"
 
 
-def _fetch_trial_files(trial, path: Path) -> None:
-    """Copy the trial's `run.json` and `results.jsonl` from the sweep's storage into the
-    driver's staging directory `path` (what Tune syncs back to storage) where that lacks
-    them: a driver that restores a sweep starts with an empty staging directory, as Tune's
-    own loggers do for `result.json` and `progress.csv`."""
+def _is_local(filesystem) -> bool:
     import pyarrow.fs
 
-    for name in ("run.json", "results.jsonl"):
-        if (path / name).exists():
+    return isinstance(filesystem, pyarrow.fs.LocalFileSystem)
+
+
+RUN_FILES = ("run.json", "results.jsonl")
+
+
+def _upload_run_files(trial, working: Path) -> None:
+    """Copy the trial's `run.json` and `results.jsonl` from the driver's working directory
+    to the sweep's (remote) storage, each atomically: written under a temporary name and
+    moved over the stored one, so a kill mid-upload leaves the old, whole file."""
+    import pyarrow.fs
+
+    filesystem = trial.storage.storage_filesystem
+    filesystem.create_dir(trial.path, recursive=True)
+    for name in RUN_FILES:
+        if (working / name).exists():
+            target = f"{Path(trial.path, name).as_posix()}"
+            pyarrow.fs.copy_files(str(working / name), target + ".tmp", destination_filesystem=filesystem)
+            filesystem.move(target + ".tmp", target)
+
+
+def _fetch_run_files(trial, working: Path) -> None:
+    """Copy the trial's `run.json` and `results.jsonl` from the sweep's (remote) storage
+    into the driver's working directory where that lacks them: a driver that restores a
+    sweep starts with an empty one."""
+    import pyarrow.fs
+
+    for name in RUN_FILES:
+        if (working / name).exists():
             continue
         try:
-            pyarrow.fs.copy_files(str(Path(trial.path, name).as_posix()), str(path / name),
+            pyarrow.fs.copy_files(str(Path(trial.path, name).as_posix()), str(working / name),
                                   source_filesystem=trial.storage.storage_filesystem)
         except FileNotFoundError:  # a trial starting for the first time
             pass
@@ -86,24 +109,49 @@ def make_run_files_callback(stop_timesteps: Optional[int] = None):
         directory. After a retry or a `--resume` restores a trial from a checkpoint, lines
         from the iterations being re-run are replaced, so none is duplicated; a trial whose
         lines already reached `stop_timesteps` (it finished after Tune's last snapshot of
-        the experiment, so the restore runs it on) gets no line past that one."""
+        the experiment, so the restore runs it on) gets no line past that one.
+
+        The files never pass through Tune's staging directory, whose periodic sync to
+        storage copies files in place and in no set order: a kill mid-sync could leave an
+        experiment state naming a checkpoint beside rows that stop before it, and the
+        resumed trial would lose those rows. On local storage the files are written in the
+        trial's directory there, each line synced as it is reported. On remote storage they
+        are kept in a driver-local working directory and uploaded, each file atomically,
+        when a checkpoint is reported (before Tune records it, so any state that names the
+        checkpoint finds its rows stored), and when the trial ends, fails or restarts."""
 
         def __init__(self):
             self.last_iteration = {}  # trial id -> last iteration written
             self.finished = set()  # trial ids whose lines reached the stop before a restore
+            self.scratch = None  # the working directory's root, for remote storage
+
+        def working(self, trial) -> Path:
+            if _is_local(trial.storage.storage_filesystem):
+                path = Path(trial.path)
+            else:
+                if self.scratch is None:
+                    import tempfile
+
+                    self.scratch = Path(tempfile.mkdtemp(prefix="hca-sweep-"))
+                path = self.scratch / Path(trial.path).name
+            path.mkdir(parents=True, exist_ok=True)
+            return path
+
+        def upload(self, trial) -> None:
+            if not _is_local(trial.storage.storage_filesystem):
+                _upload_run_files(trial, self.working(trial))
 
         def on_trial_result(self, iteration, trials, trial, result, **info):
-            path = Path(trial.local_path)
-            path.mkdir(parents=True, exist_ok=True)
-            if trial.trial_id not in self.last_iteration:
-                _fetch_trial_files(trial, path)
+            path = self.working(trial)
+            if trial.trial_id not in self.last_iteration and not _is_local(trial.storage.storage_filesystem):
+                _fetch_run_files(trial, path)
             run_json = path / "run.json"
             if not run_json.exists():
                 c = trial.config
-                run_json.write_text(json.dumps({
+                write_file(run_json, json.dumps({
                     "algo": "A2C" if c.get("credit") == "a2c" else "HCA", "credit": c.get("credit"),
                     "env": c.get("env"), "seed": c.get("seed"), "trial_id": trial.trial_id,
-                }, indent=1, default=repr))
+                }, indent=1, default=repr).encode())
             line = result_line(result, float(result.get("time_total_s", 0.0)),
                                float(result.get("num_env_steps_sampled_lifetime", 0))
                                / max(float(result.get("time_total_s", 1e-9)), 1e-9))
@@ -126,8 +174,27 @@ def make_run_files_callback(stop_timesteps: Optional[int] = None):
                     f.append(line)
             self.last_iteration[trial.trial_id] = line["iteration"]
 
+        def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
+            self.upload(trial)  # Tune records the checkpoint after this returns
+
+        def on_trial_complete(self, iteration, trials, trial, **info):
+            self.upload(trial)
+
+        def on_trial_error(self, iteration, trials, trial, **info):
+            self.upload(trial)
+
         def on_trial_recover(self, iteration, trials, trial, **info):
+            self.upload(trial)
             _push_trial_files(trial)  # before Tune's loggers restore them (a retry)
+
+        def on_experiment_end(self, trials, **info):
+            for trial in trials:  # rows past a trial's newest checkpoint too (an interrupt)
+                if trial.trial_id in self.last_iteration:
+                    self.upload(trial)
+            if self.scratch is not None:
+                import shutil
+
+                shutil.rmtree(self.scratch, ignore_errors=True)
 
     return RunFilesCallback()
 
@@ -316,6 +383,43 @@ def prune_trial_checkpoints(trial, keep: int, *, caches, new=None, trials=(), sc
             except FileNotFoundError:
                 pass  # gone already (an end-of-experiment prune after the state save)
     return sorted(Path(key).name for key in doomed)
+
+
+TUNE_LOGS = ("result.json", "progress.csv")  # Tune's per-trial files, one row a line
+
+
+def trim_torn_logs(experiment: str) -> List[str]:
+    """Cut each trial's `result.json` and `progress.csv` in `experiment` (a path or URI)
+    back to their last whole line; returns the files cut. Tune's background sync copies
+    them to storage in place, so a kill mid-sync leaves one torn; a restore copies it back
+    and appends, gluing the torn row to the first new one (a line no JSON reader parses).
+    Run before `Tuner.restore`."""
+    import pyarrow.fs
+
+    if "://" in experiment:
+        filesystem, root = pyarrow.fs.FileSystem.from_uri(experiment)
+    else:
+        filesystem, root = pyarrow.fs.LocalFileSystem(), str(Path(experiment))
+    cut = []
+    for entry in filesystem.get_file_info(pyarrow.fs.FileSelector(root, allow_not_found=True)):
+        if entry.type != pyarrow.fs.FileType.Directory:
+            continue
+        for name in TUNE_LOGS:
+            path = f"{entry.path}/{name}"
+            try:
+                with filesystem.open_input_stream(path) as f:
+                    data = f.readall()
+            except FileNotFoundError:
+                continue
+            if data and not data.endswith(b"\n"):
+                whole = data[:data.rfind(b"\n") + 1]
+                if isinstance(filesystem, pyarrow.fs.LocalFileSystem):
+                    write_file(Path(path), whole)  # atomic: a kill here leaves it as it was
+                else:
+                    with filesystem.open_output_stream(path) as f:
+                        f.write(whole)
+                cut.append(path)
+    return cut
 
 
 def drop_missing_checkpoints(results) -> int:
@@ -626,6 +730,7 @@ def run_sweep(
     param_space = build_param_space(envs, credits, seeds, overrides, num_env_runners,
                                     num_envs_per_env_runner, cpus_per_env_runner)
     if resume:
+        trim_torn_logs(experiment)
         # The param space again: Tune stored its objects (the RLModule spec's class) as
         # placeholders that only a new copy of the same space fills in.
         tuner = tune.Tuner.restore(experiment, trainable="HCA", resume_errored=True, param_space=param_space)

@@ -183,73 +183,159 @@ def _rows(path: Path):
     return [json.loads(x) for x in path.read_text().splitlines()]
 
 
-def test_run_files_after_a_driver_restore_continue_the_stored_rows(tmp_path):
-    """A restoring driver stages each trial in a new, empty directory: the callback starts
-    from the rows in storage, replaces those past the restored checkpoint, and adds none
-    past a row that already reached the stop (a trial that finished after Tune's last
-    snapshot, which the restore runs one more iteration)."""
-    from types import SimpleNamespace
-
+def _storage(tmp_path, kind):
+    """(filesystem, root): the sweep's storage as Tune hands it to callbacks, local or a
+    stand-in for a remote one (not a LocalFileSystem, so the callback uploads)."""
     import pyarrow.fs
 
+    root = tmp_path / "storage"
+    root.mkdir()
+    if kind == "local":
+        return pyarrow.fs.LocalFileSystem(), str(root)
+    return pyarrow.fs.SubTreeFileSystem(str(root), pyarrow.fs.LocalFileSystem()), ""
+
+
+def _fake_trial(tmp_path, filesystem, root, name, stored_iterations=0):
+    """A trial as the callback sees it, with `stored_iterations` rows already in storage."""
+    from types import SimpleNamespace
+
+    storage = tmp_path / "storage" / name
+    storage.mkdir(parents=True)
+    if stored_iterations:
+        (storage / "run.json").write_text(json.dumps({"trial_id": name, "credit": "hca"}))
+        (storage / "results.jsonl").write_text("".join(
+            json.dumps({"iteration": i, "env_steps": 100 * i}) + "\n" for i in range(1, stored_iterations + 1)))
+    return SimpleNamespace(local_path=str(tmp_path / "staging" / name), path=f"{root}/{name}" if root else name,
+                           trial_id=name, storage=SimpleNamespace(storage_filesystem=filesystem),
+                           config={"env": "CartPole-v1", "credit": "hca", "seed": 0}), storage
+
+
+def _result(i):
+    return {"training_iteration": i, "num_env_steps_sampled_lifetime": 100 * i + 1, "time_total_s": 1.0 * i}
+
+
+@pytest.mark.parametrize("kind", ["local", "remote"])
+def test_run_files_after_a_driver_restore_continue_the_stored_rows(tmp_path, kind):
+    """A restoring driver starts each trial from the rows in storage, replaces those past
+    the restored checkpoint, and adds none past a row that already reached the stop (a
+    trial that finished after Tune's last snapshot, which the restore runs one more
+    iteration)."""
     from hca_rllib.sweep import make_run_files_callback
 
-    def trial(name, stored_iterations):
-        storage, staging = tmp_path / "storage" / name, tmp_path / "staging" / name
-        storage.mkdir(parents=True)
-        if stored_iterations:
-            (storage / "run.json").write_text(json.dumps({"trial_id": name, "credit": "hca"}))
-            (storage / "results.jsonl").write_text("".join(
-                json.dumps({"iteration": i, "env_steps": 100 * i}) + "\n" for i in range(1, stored_iterations + 1)))
-        return SimpleNamespace(local_path=str(staging), path=str(storage), trial_id=name,
-                               storage=SimpleNamespace(storage_filesystem=pyarrow.fs.LocalFileSystem()),
-                               config={"env": "CartPole-v1", "credit": "hca", "seed": 0}), staging
-
-    def result(i):
-        return {"training_iteration": i, "num_env_steps_sampled_lifetime": 100 * i + 1, "time_total_s": 1.0 * i}
-
+    filesystem, root = _storage(tmp_path, kind)
     callback = make_run_files_callback(stop_timesteps=500)
-    running, running_dir = trial("running", 5)  # restored from its checkpoint at iteration 3
+    running, running_dir = _fake_trial(tmp_path, filesystem, root, "running", 5)  # restored at iteration 3
     for i in (4, 5):
-        callback.on_trial_result(0, [], running, result(i))
+        callback.on_trial_result(0, [], running, _result(i))
+    finished, finished_dir = _fake_trial(tmp_path, filesystem, root, "finished", 5)  # reached 500 steps
+    callback.on_trial_result(0, [], finished, _result(6))
+    fresh, fresh_dir = _fake_trial(tmp_path, filesystem, root, "fresh")
+    callback.on_trial_result(0, [], fresh, _result(1))
+    for trial in (running, finished, fresh):
+        callback.on_trial_complete(0, [], trial)
     assert [(x["iteration"], x["env_steps"]) for x in _rows(running_dir / "results.jsonl")] == [
         (1, 100), (2, 200), (3, 300), (4, 401), (5, 501)]  # the stored rows, then the new ones
     assert json.loads((running_dir / "run.json").read_text()) == {"trial_id": "running", "credit": "hca"}
-    finished, finished_dir = trial("finished", 5)  # reached 500 steps; restored from iteration 5
-    callback.on_trial_result(0, [], finished, result(6))
     assert [x["iteration"] for x in _rows(finished_dir / "results.jsonl")] == [1, 2, 3, 4, 5]
-    fresh, fresh_dir = trial("fresh", 0)
-    callback.on_trial_result(0, [], fresh, result(1))
     assert [x["iteration"] for x in _rows(fresh_dir / "results.jsonl")] == [1]
     assert json.loads((fresh_dir / "run.json").read_text())["trial_id"] == "fresh"
+    assert not (tmp_path / "staging").exists()  # never through Tune's staging directory
+    callback.on_experiment_end([running, finished, fresh])
+    assert callback.scratch is None or not callback.scratch.exists()
 
 
-def test_run_files_rewrite_is_synced_with_its_directory(tmp_path, monkeypatch):
-    """The callback's rewrite of results.jsonl (a first result, or a retry going back) goes
-    through `write_file`: the rows are whole, no temporary is left, and the directory is
-    synced after the rename (it was a bare `os.replace`)."""
-    from types import SimpleNamespace
-
-    import pyarrow.fs
-
+def test_run_files_on_local_storage_are_written_there_line_by_line(tmp_path, monkeypatch):
+    """On local storage each row is in the stored results.jsonl when `on_trial_result`
+    returns; a rewrite (a first result, or a retry going back) goes through `write_file`:
+    the rows are whole, no temporary is left, and the directory is synced after the
+    rename."""
     import hca_rllib.runner as runner
     from hca_rllib.sweep import make_run_files_callback
 
     synced = []
     monkeypatch.setattr(runner, "_fsync_directory", lambda directory: synced.append(Path(directory)))
-    storage, staging = tmp_path / "storage", tmp_path / "staging"
-    storage.mkdir()
-    (storage / "results.jsonl").write_text("".join(
-        json.dumps({"iteration": i, "env_steps": 100 * i}) + "\n" for i in (1, 2, 3)))
-    trial = SimpleNamespace(local_path=str(staging), path=str(storage), trial_id="t",
-                            storage=SimpleNamespace(storage_filesystem=pyarrow.fs.LocalFileSystem()),
-                            config={"env": "CartPole-v1", "credit": "hca", "seed": 0})
+    filesystem, root = _storage(tmp_path, "local")
+    trial, storage = _fake_trial(tmp_path, filesystem, root, "t", 2)
     callback = make_run_files_callback()
-    callback.on_trial_result(0, [], trial, {"training_iteration": 3, "num_env_steps_sampled_lifetime": 301,
-                                            "time_total_s": 3.0})
-    assert [x["env_steps"] for x in _rows(staging / "results.jsonl")] == [100, 200, 301]
-    assert synced == [staging]
-    assert sorted(p.name for p in staging.iterdir()) == ["results.jsonl", "run.json"]
+    callback.on_trial_result(0, [], trial, _result(3))
+    assert [x["env_steps"] for x in _rows(storage / "results.jsonl")] == [100, 200, 301]
+    assert synced == [storage]
+    callback.on_trial_result(0, [], trial, _result(4))
+    assert [x["env_steps"] for x in _rows(storage / "results.jsonl")] == [100, 200, 301, 401]
+    callback.on_trial_result(0, [], trial, _result(3))  # a retry from the checkpoint at 2
+    assert [x["env_steps"] for x in _rows(storage / "results.jsonl")] == [100, 200, 301]
+    assert sorted(p.name for p in storage.iterdir()) == ["results.jsonl", "run.json"]
+
+
+def test_run_files_on_remote_storage_are_uploaded_before_a_checkpoint_is_recorded(tmp_path):
+    """On remote storage the rows reach storage when a checkpoint is reported (Tune calls
+    `on_checkpoint` before it records the checkpoint, so a saved experiment state never
+    names a checkpoint whose rows are not stored), when the trial ends, and at the end of
+    the experiment; each upload replaces the stored file whole, leaving no temporary."""
+    from hca_rllib.sweep import make_run_files_callback
+
+    filesystem, root = _storage(tmp_path, "remote")
+    trial, storage = _fake_trial(tmp_path, filesystem, root, "t")
+    callback = make_run_files_callback()
+    for i in (1, 2):
+        callback.on_trial_result(0, [], trial, _result(i))
+    assert sorted(p.name for p in storage.iterdir()) == []  # in the driver's working copy only
+    callback.on_checkpoint(0, [], trial, checkpoint=None)
+    assert [x["iteration"] for x in _rows(storage / "results.jsonl")] == [1, 2]
+    assert json.loads((storage / "run.json").read_text())["trial_id"] == "t"
+    callback.on_trial_result(0, [], trial, _result(3))
+    assert [x["iteration"] for x in _rows(storage / "results.jsonl")] == [1, 2]
+    callback.on_experiment_end([trial])  # an interrupted experiment: the rows past it too
+    assert [x["iteration"] for x in _rows(storage / "results.jsonl")] == [1, 2, 3]
+    assert sorted(p.name for p in storage.iterdir()) == ["results.jsonl", "run.json"]
+    assert not callback.scratch.exists()
+    restored = make_run_files_callback()  # a new driver: starts from the stored rows
+    restored.on_trial_result(0, [], trial, _result(3))
+    restored.on_trial_complete(0, [], trial)
+    assert [x["iteration"] for x in _rows(storage / "results.jsonl")] == [1, 2, 3]
+
+
+def test_tune_reports_a_checkpoint_to_callbacks_before_it_records_it():
+    """What the remote upload relies on: in `TuneController._process_trial_save` the
+    callbacks' `on_checkpoint` runs before the trial records the checkpoint (which the
+    next experiment state then names). Fails if a Ray upgrade reorders them."""
+    import inspect
+
+    from ray.tune.execution.tune_controller import TuneController
+
+    source = inspect.getsource(TuneController._process_trial_save)
+    assert source.index("self._callbacks.on_checkpoint(") < source.index("trial.on_checkpoint(")
+
+
+@pytest.mark.parametrize("as_uri", [False, True])
+def test_resume_first_cuts_tunes_torn_logs_back_to_whole_lines(tmp_path, as_uri):
+    """A kill mid-sync leaves Tune's result.json or progress.csv torn; restored and
+    appended to, the torn row would be glued to the first new one. `trim_torn_logs` cuts
+    each back to its last whole line and leaves whole files and other files alone."""
+    from hca_rllib.runner import read_results
+    from hca_rllib.sweep import trim_torn_logs
+
+    experiment = tmp_path / "grid"
+    torn, whole = experiment / "trial_a", experiment / "trial_b"
+    for directory in (torn, whole):
+        directory.mkdir(parents=True)
+    (torn / "result.json").write_text('{"training_iteration": 1}\n{"training_iteration": 2}\n{"training_it')
+    (torn / "progress.csv").write_text("training_iteration\n1\n2\n3")
+    (torn / "results.jsonl").write_text('{"iteration": 1}\n{"iter')  # the sweep's own: not Tune's
+    (whole / "result.json").write_text('{"training_iteration": 1}\n')
+    (experiment / "experiment_state-x.json").write_text("{")
+    cut = trim_torn_logs(f"file://{experiment}" if as_uri else str(experiment))
+    assert sorted(Path(p).relative_to(experiment).as_posix() for p in cut) == [
+        "trial_a/progress.csv", "trial_a/result.json"]
+    assert (torn / "result.json").read_text() == '{"training_iteration": 1}\n{"training_iteration": 2}\n'
+    assert (torn / "progress.csv").read_text() == "training_iteration\n1\n2\n"
+    assert (torn / "results.jsonl").read_text() == '{"iteration": 1}\n{"iter'
+    assert (whole / "result.json").read_text() == '{"training_iteration": 1}\n'
+    assert (experiment / "experiment_state-x.json").read_text() == "{"
+    with open(torn / "result.json", "a") as f:  # what Tune's logger does next
+        f.write('{"training_iteration": 3}\n')
+    assert [x["training_iteration"] for x in read_results(torn / "result.json")] == [1, 2, 3]
+    assert trim_torn_logs(str(tmp_path / "none")) == []
 
 
 def _fake_sweep(directory: Path, **settings):
