@@ -138,7 +138,7 @@ CREDIT_METHODS: Dict[str, Dict[str, Any]] = {
 # (HCAConfig's 7e-4), `<stem>_<tag>`; a credit mode's gain might be a larger effective
 # step rather than better credit. A2C also at 1.5x, for its own curve.
 BASE_LR = 7e-4
-LEARNING_RATE_SCALES: Dict[str, float] = {"lr15": 1.5, "lr2x": 2.0, "lr3x": 3.0}
+LEARNING_RATE_SCALES: Dict[str, float] = {"lr15": 1.5, "lr2x": 2.0, "lr3x": 3.0, "lr5x": 5.0}
 _LR_CONTROL_STEMS = {"a2c": "a2c", "expected_hca_blend": "expected_hca_blend_nomem",
                      "expected_hca_pure": "expected_hca_pure_nomem", "reward_w32_pure": "reward_w32_pure"}
 CREDIT_METHODS.update({
