@@ -136,11 +136,14 @@ CREDIT_METHODS: Dict[str, Dict[str, Any]] = {
 # The learning-rate control: A2C, the default and the pure estimators (return and
 # reward outcome) at multiples of the learning rate every other method runs at
 # (HCAConfig's 7e-4), `<stem>_<tag>`; a credit mode's gain might be a larger effective
-# step rather than better credit. A2C also at 1.5x, for its own curve.
+# step rather than better credit. A2C also at 1.5x, for its own curve; 5x and the reward
+# outcome with the default trust (`reward_w32_blend`) for the 10k-step comparison
+# (results/short_budget).
 BASE_LR = 7e-4
 LEARNING_RATE_SCALES: Dict[str, float] = {"lr15": 1.5, "lr2x": 2.0, "lr3x": 3.0, "lr5x": 5.0}
 _LR_CONTROL_STEMS = {"a2c": "a2c", "expected_hca_blend": "expected_hca_blend_nomem",
-                     "expected_hca_pure": "expected_hca_pure_nomem", "reward_w32_pure": "reward_w32_pure"}
+                     "expected_hca_pure": "expected_hca_pure_nomem", "reward_w32_pure": "reward_w32_pure",
+                     "reward_w32_blend": "reward_w32"}
 CREDIT_METHODS.update({
     f"{stem}_{tag}": {**CREDIT_METHODS[method], "lr": factor * BASE_LR}
     for stem, method in _LR_CONTROL_STEMS.items() for tag, factor in LEARNING_RATE_SCALES.items()

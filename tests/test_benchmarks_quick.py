@@ -352,6 +352,32 @@ def test_aggregate_against_another_baseline():
         "point"] == pytest.approx(0.4)
 
 
+def test_against_the_best_a2c_picks_a2cs_best_rate_and_counts_wrong_ends():
+    """Each learning-rate-control method against A2C at the rate with A2C's highest mean
+    (here 3x, though 5x has the higher median); runs below 0.5 are counted; the
+    Bonferroni CI of the mean difference holds the 95% one."""
+    ca = _import_benchmark("credit_analysis")
+    seeds = [0, 1, 2, 3]
+    scores = {"a2c": [0.5, 0.5, 0.5, 0.5], "a2c_lr3x": [0.9, 0.9, 0.8, 0.8],
+              "a2c_lr5x": [1.0, 1.0, 1.0, 0.0], "reward_w32_pure_lr5x": [1.0, 1.0, 0.9, 0.6],
+              "expected_hca_blend_lr3x": [0.9, 0.8, 0.8, 0.4]}
+    p_good = {n: {m: dict(zip(seeds, v)) for m, v in scores.items()} for n in ("one", "two")}
+    summary = {"settings": {n: {"methods": {m: {"seeds": seeds, "p_good": v} for m, v in scores.items()}}
+                            for n in ("one", "two")}}
+    best = ca.against_best_a2c(summary, p_good)
+    assert best["baseline"] == "a2c_lr3x"
+    assert set(best["methods"]) == {"a2c_lr3x", "reward_w32_pure_lr5x", "expected_hca_blend_lr3x"}
+    ours = best["methods"]["reward_w32_pure_lr5x"]
+    assert ours["mean_difference_vs_a2c"]["point"] == pytest.approx(0.875 - 0.85)
+    assert ours["mean"] == pytest.approx(0.875)
+    assert best["methods"]["expected_hca_blend_lr3x"]["runs_below_half"] == [2, 8]
+    assert best["methods"]["a2c_lr3x"]["runs_below_half"] == [0, 8]
+    ci, bonferroni = ours["mean_difference_vs_a2c"]["ci"], ours["mean_difference_vs_a2c"]["bonferroni_ci"]
+    assert bonferroni[0] <= ci[0] <= ci[1] <= bonferroni[1]
+    del p_good["two"]["a2c_lr5x"], p_good["two"]["a2c_lr3x"]
+    assert ca.against_best_a2c(summary, p_good) == {}  # A2C at no raised rate everywhere
+
+
 def test_run_records_name_the_code_measured():
     """Each run record carries the commit measured; older records read "not recorded"."""
     common = _import_benchmark("common")
