@@ -402,6 +402,17 @@ def targets(summary: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
+def _interval(pair) -> str:
+    return f"[{pair[0]:+.3f}, {pair[1]:+.3f}]"
+
+
+def _compared(aggregate: Dict[str, Any]):
+    """(method, entry, IQM difference, mean difference) for each method of an aggregate
+    but its baseline."""
+    return [(m, e, e["difference_vs_a2c"], e["mean_difference_vs_a2c"])
+            for m, e in aggregate["methods"].items() if m != aggregate["baseline"]]
+
+
 def summary_markdown(summary: Dict[str, Any]) -> str:
     # The methods with runs, in `METHODS` order.
     run_methods = [m for m in METHODS if any(m in e["methods"] for e in summary["settings"].values())]
@@ -492,13 +503,9 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
                 lines.append(f"| {scale} | {a['missing']} | | | | |")
                 continue
             base = a["methods"][a["baseline"]]
-            for method, e in a["methods"].items():
-                if method == a["baseline"]:
-                    continue
-                d, md = e["difference_vs_a2c"], e["mean_difference_vs_a2c"]
+            for method, e, d, md in _compared(a):
                 lines.append(f"| {scale} | {method} | {base['iqm']:.3f} | {e['iqm']:.3f} | {d['point']:+.3f} "
-                             f"[{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}] | {md['point']:+.3f} "
-                             f"[{md['ci'][0]:+.3f}, {md['ci'][1]:+.3f}] |")
+                             f"{_interval(d['ci'])} | {md['point']:+.3f} {_interval(md['ci'])} |")
         columns = [(scale, m) for scale, a in matched.items() for m in a.get("per_setting", {})]
         if columns:
             lines += ["", "Per setting, the method - A2C at the same learning rate (mean of the paired "
@@ -524,14 +531,10 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
                   "|---|---|---|---|---|---|",
                   f"| {best['baseline']} | {base['mean']:.3f} | {base['runs_below_half'][0]}/"
                   f"{base['runs_below_half'][1]} | — | — | — |"]
-        for method, e in best["methods"].items():
-            if method == best["baseline"]:
-                continue
-            d, md = e["difference_vs_a2c"], e["mean_difference_vs_a2c"]
+        for method, e, d, md in _compared(best):
             lines.append(f"| {method} | {e['mean']:.3f} | {e['runs_below_half'][0]}/{e['runs_below_half'][1]} | "
-                         f"{md['point']:+.3f} [{md['ci'][0]:+.3f}, {md['ci'][1]:+.3f}] | "
-                         f"[{md['bonferroni_ci'][0]:+.3f}, {md['bonferroni_ci'][1]:+.3f}] | "
-                         f"{d['point']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}] |")
+                         f"{md['point']:+.3f} {_interval(md['ci'])} | {_interval(md['bonferroni_ci'])} | "
+                         f"{d['point']:+.3f} {_interval(d['ci'])} |")
     t = summary.get("targets") or {}
     verdict = {True: "**met**", False: "**not met**"}
     if "aggregate_met" in t:
