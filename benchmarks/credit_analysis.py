@@ -516,7 +516,7 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
                 cells = []
                 for scale, m in columns:
                     v = matched[scale]["per_setting"][m].get(name)
-                    text = "—" if not v else f"{v['mean']:+.3f} [{v['ci_low']:+.3f}, {v['ci_high']:+.3f}]"
+                    text = "—" if not v else f"{v['mean']:+.3f} {_interval((v['ci_low'], v['ci_high']))}"
                     cells.append(f"**{text}**" if v and v["excludes_zero"] else text)
                 lines.append(f"| {name} | " + " | ".join(cells) + " |")
     best = summary.get("against_best_a2c") or {}

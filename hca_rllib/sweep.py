@@ -64,7 +64,7 @@ def _upload_run_files(trial, working: Path) -> None:
     filesystem.create_dir(trial.path, recursive=True)
     for name in RUN_FILES:
         if (working / name).exists():
-            target = f"{Path(trial.path, name).as_posix()}"
+            target = Path(trial.path, name).as_posix()
             pyarrow.fs.copy_files(str(working / name), target + ".tmp", destination_filesystem=filesystem)
             filesystem.move(target + ".tmp", target)
 
@@ -126,15 +126,20 @@ def make_run_files_callback(stop_timesteps: Optional[int] = None):
             self.scratch = None  # the working directory's root, for remote storage
 
         def working(self, trial) -> Path:
+            """Where the trial's files are written: its storage directory (local storage),
+            or a driver-local copy started from the stored files (remote storage)."""
             if _is_local(trial.storage.storage_filesystem):
                 path = Path(trial.path)
-            else:
-                if self.scratch is None:
-                    import tempfile
+                path.mkdir(parents=True, exist_ok=True)
+                return path
+            if self.scratch is None:
+                import tempfile
 
-                    self.scratch = Path(tempfile.mkdtemp(prefix="hca-sweep-"))
-                path = self.scratch / Path(trial.path).name
-            path.mkdir(parents=True, exist_ok=True)
+                self.scratch = Path(tempfile.mkdtemp(prefix="hca-sweep-"))
+            path = self.scratch / Path(trial.path).name
+            if not path.exists():  # first seen by this driver: a restore continues the stored rows
+                path.mkdir(parents=True)
+                _fetch_run_files(trial, path)
             return path
 
         def upload(self, trial) -> None:
@@ -143,8 +148,6 @@ def make_run_files_callback(stop_timesteps: Optional[int] = None):
 
         def on_trial_result(self, iteration, trials, trial, result, **info):
             path = self.working(trial)
-            if trial.trial_id not in self.last_iteration and not _is_local(trial.storage.storage_filesystem):
-                _fetch_run_files(trial, path)
             run_json = path / "run.json"
             if not run_json.exists():
                 c = trial.config
@@ -413,7 +416,7 @@ def trim_torn_logs(experiment: str) -> List[str]:
                 continue
             if data and not data.endswith(b"\n"):
                 whole = data[:data.rfind(b"\n") + 1]
-                if isinstance(filesystem, pyarrow.fs.LocalFileSystem):
+                if _is_local(filesystem):
                     write_file(Path(path), whole)  # atomic: a kill here leaves it as it was
                 else:
                     with filesystem.open_output_stream(path) as f:
