@@ -50,6 +50,7 @@ from hca_rllib.module import CREDIT_WEIGHTS, HINDSIGHT_LOGITS, REMAINDER_TARGETS
 logger = logging.getLogger(__name__)
 
 HINDSIGHT_OPTIMIZER = "hindsight"
+REMAINDER_OPTIMIZER = "remainder"
 NUM_SKIPPED_UPDATES = "num_skipped_updates"
 # A2C's optimizer, as Stable-Baselines3 has it: RMSprop with alpha 0.99 and eps 1e-5
 # (torch's default eps, 1e-8, gives much larger first steps), for the policy and value
@@ -175,14 +176,17 @@ class HCATorchLearner(TorchLearner):
     def configure_optimizers_for_module(self, module_id: ModuleID, config=None) -> None:
         """Policy and value in one RMSprop optimizer, the classifier in its own (so that
         the `hindsight_epochs` extra passes step it alone, at `hindsight_lr`, without
-        touching the policy's optimizer state). For another optimizer, subclass this
-        Learner, override this method and set `training(learner_class=...)`."""
+        touching the policy's optimizer state), the reward outcome's remainder head in a
+        third. RLlib clips the gradients per optimizer, so the policy's and the value's
+        are clipped as A2C's, whatever the credit heads' gradients are. For another
+        optimizer, subclass this Learner, override this method and set
+        `training(learner_class=...)`."""
         module = self.module[module_id]
-        hindsight_names = ("hindsight.", "hindsight_torso.")
-        named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
-        hindsight_params = [p for n, p in named if n.removeprefix("module.").startswith(hindsight_names)]
-        hindsight_ids = {id(p) for p in hindsight_params}
-        main_params = [p for _, p in named if id(p) not in hindsight_ids]
+        named = [(n.removeprefix("module."), p) for n, p in module.named_parameters() if p.requires_grad]
+        hindsight_params = [p for n, p in named if n.startswith(("hindsight.", "hindsight_torso."))]
+        remainder_params = [p for n, p in named if n.startswith("remainder_vf.")]
+        credit_ids = {id(p) for p in hindsight_params + remainder_params}
+        main_params = [p for _, p in named if id(p) not in credit_ids]
         self.register_optimizer(
             module_id=module_id,
             optimizer=torch.optim.RMSprop(main_params, alpha=RMSPROP_ALPHA, eps=RMSPROP_EPS),
@@ -196,6 +200,14 @@ class HCATorchLearner(TorchLearner):
                 optimizer=torch.optim.RMSprop(hindsight_params, alpha=RMSPROP_ALPHA, eps=RMSPROP_EPS),
                 params=hindsight_params,
                 lr_or_lr_schedule=config.hindsight_lr or config.lr,
+            )
+        if remainder_params:
+            self.register_optimizer(
+                module_id=module_id,
+                optimizer_name=REMAINDER_OPTIMIZER,
+                optimizer=torch.optim.RMSprop(remainder_params, alpha=RMSPROP_ALPHA, eps=RMSPROP_EPS),
+                params=remainder_params,
+                lr_or_lr_schedule=config.lr,
             )
 
     @override(TorchLearner)

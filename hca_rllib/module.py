@@ -433,7 +433,10 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
         """`V(s)` and, with the reward outcome, the remainder head's `V_rem(s)` (else None),
         from one value latent."""
         latent = self._value_latent(obs, policy_latent)
-        remainder = None if self.remainder_vf is None else self.remainder_vf(latent).squeeze(-1)
+        # The remainder head reads V's features without training them: a baseline that
+        # shapes no torso, so on a shared torso (images) the policy's features learn as
+        # under A2C, and at trust 0 the update is A2C's.
+        remainder = None if self.remainder_vf is None else self.remainder_vf(latent.detach()).squeeze(-1)
         return self.vf(latent).squeeze(-1), remainder
 
     def values_and_remainder(self, obs: torch.Tensor, policy_latent: Optional[torch.Tensor] = None):

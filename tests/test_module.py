@@ -468,3 +468,18 @@ def test_0_1_0_module_options_load_at_their_defaults_and_name_themselves_otherwi
         HCATorchRLModule(**kwargs, model_config={"hindsight": {**old, "balanced": True}})
     with pytest.raises(ValueError, match=r"^trust_bins was removed in 0\.2\.0"):
         HCATorchRLModule(**kwargs, model_config={"hindsight": old, "trust_evidence_bins": 2})
+
+
+@pytest.mark.parametrize("observation_space", [VECTOR_OBS, IMAGE_OBS], ids=["vector", "image"])
+def test_the_remainder_head_trains_no_torso(observation_space):
+    """The reward outcome's remainder baseline is a head on V's features, detached: its
+    loss reaches its own weights and nothing else, so a shared torso (images) learns as
+    under A2C."""
+    module = make_module(observation_space, outcome="reward", window=4)
+    obs = (torch.rand(6, *observation_space.shape) * (255 if observation_space is IMAGE_OBS else 1)).to(
+        torch.float32)
+    _, remainder = module.values_and_remainder(obs)
+    (remainder ** 2).mean().backward()
+    assert _has_gradient(module.remainder_vf.parameters())
+    others = [p for name, p in module.named_parameters() if not name.startswith("remainder_vf.")]
+    assert not _has_gradient(others)

@@ -256,3 +256,29 @@ def test_a2c_trains_the_reward_classifier_beside_an_unchanged_update():
     # A2C's update: no remainder head, no remainder loss.
     assert learner.module[MID].unwrapped().remainder_vf is None and "remainder_vf_loss" not in results[MID]
     assert REMAINDER_TARGETS not in batch
+
+
+@pytest.mark.parametrize("path", ["lean", "rllib"])
+@pytest.mark.parametrize("share", [True, False], ids=["shared_torso", "separate_value_torso"])
+def test_at_trust_zero_the_policy_and_value_learn_exactly_as_under_a2c(share, path):
+    """Trust 0 is A2C in the update, not only in the weights: the classifier reads a
+    detached latent and the remainder head V's features detached, so neither reaches the
+    policy or the value (with a torso shared by both, as on images, included), and the
+    gradient clipping (tight here, so that it acts on every step) sees A2C's gradients
+    alone."""
+    model = {"fcnet_hiddens": [16, 16], "vf_share_layers": share}
+    reward = reward_config(hindsight_epochs=2, grad_clip=0.05).rl_module(model_config=model)
+    a2c = A2CConfig().training(gamma=0.9, lr=3e-3, grad_clip=0.05).rl_module(model_config=model).debugging(seed=3)
+    (learner, _), (a2c_learner, _) = build(reward, path, 1), build(a2c, path, 1)
+    module, a2c_module = learner.module[MID].unwrapped(), a2c_learner.module[MID].unwrapped()
+    start = {k: v.clone() for k, v in a2c_module.state_dict().items()}
+    module.load_state_dict(start, strict=False)  # A2C's parameters; the credit heads as built
+    for seed in range(4):
+        module.trust_evidence.zero_()  # no evidence: this update's trust is 0
+        learner.update(episodes=make_episodes(seed))
+        a2c_learner.update(episodes=make_episodes(seed))
+        assert float(module.trust) == 0.0
+    params = dict(module.named_parameters())
+    for name, value in a2c_module.named_parameters():
+        assert torch.equal(params[name], value), name
+        assert not torch.equal(value, start[name]), name  # it did learn
