@@ -132,6 +132,11 @@ CREDIT_METHODS: Dict[str, Dict[str, Any]] = {
                         "hindsight": {"hiddens": [128, 128], "outcome": "reward", "window": 32}},
     "reward_w64_pure": {**DEFAULT_CREDIT, "trust": None,
                         "hindsight": {"hiddens": [128, 128], "outcome": "reward", "window": 64}},
+    # The trust that holds until the estimator's update is shown biased (`trust="bias"`),
+    # on the reward outcome and on the default's return outcome.
+    "reward_w32_bias": {**DEFAULT_CREDIT, "trust": "bias",
+                        "hindsight": {"hiddens": [128, 128], "outcome": "reward", "window": 32}},
+    "expected_hca_bias": {**DEFAULT_CREDIT, "trust": "bias"},
 }
 # The learning-rate control: A2C, the default and the pure estimators (return and
 # reward outcome) at multiples of the learning rate every other method runs at
@@ -143,7 +148,8 @@ BASE_LR = 7e-4
 LEARNING_RATE_SCALES: Dict[str, float] = {"lr15": 1.5, "lr2x": 2.0, "lr3x": 3.0, "lr5x": 5.0}
 _LR_CONTROL_STEMS = {"a2c": "a2c", "expected_hca_blend": "expected_hca_blend_nomem",
                      "expected_hca_pure": "expected_hca_pure_nomem", "reward_w32_pure": "reward_w32_pure",
-                     "reward_w32_blend": "reward_w32"}
+                     "reward_w32_blend": "reward_w32", "reward_w32_bias": "reward_w32_bias",
+                     "expected_hca_bias": "expected_hca_bias"}
 CREDIT_METHODS.update({
     f"{stem}_{tag}": {**CREDIT_METHODS[method], "lr": factor * BASE_LR}
     for stem, method in _LR_CONTROL_STEMS.items() for tag, factor in LEARNING_RATE_SCALES.items()

@@ -404,17 +404,19 @@ class ComputeCreditWeights(_CreditPiece):
         trust, scale = self._trust(module, s, diagnostics)
         if s.window_rewards is not None:
             s.parts = self._reward_outcome_weights(s, trust, scale)
-            self._write(b, s)
-            return diagnostics
-        pi_probs, q_probs = s.probs() if config.credit == "expected_hca" else (None, None)
-        s.parts = credit.credit_weights(
-            config.credit,
-            actions=s.actions, gae=s.gae, log_pi_all=s.log_pi_all, log_q_all=s.log_q_all,
-            returns=s.returns, values=s.values, trust=trust, scale=scale, gate_delta=config.c2a2c_delta,
-            pi_probs=pi_probs, q_probs=q_probs,
-        )
+        else:
+            pi_probs, q_probs = s.probs() if config.credit == "expected_hca" else (None, None)
+            s.parts = credit.credit_weights(
+                config.credit,
+                actions=s.actions, gae=s.gae, log_pi_all=s.log_pi_all, log_q_all=s.log_q_all,
+                returns=s.returns, values=s.values, trust=trust, scale=scale, gate_delta=config.c2a2c_delta,
+                pi_probs=pi_probs, q_probs=q_probs,
+            )
         self._write(b, s)
-        diagnostics.update(self._diagnostics(s))
+        if config.trust == "bias" and config.credit != "a2c":
+            self._update_evidence(module, self._bias_evidence(s), s.finite)
+        if s.window_rewards is None:
+            diagnostics.update(self._diagnostics(s))
         return diagnostics
 
     def _reward_outcome_weights(self, s: CreditState, trust, scale) -> Dict[str, torch.Tensor]:
@@ -438,12 +440,17 @@ class ComputeCreditWeights(_CreditPiece):
         """`(trust, scale)`: trust None (the pure estimator) or a scalar tensor."""
         if self.config.trust is None:
             return None, 1.0
-        evidence = self._evidence(s)
         # The trust applied to this batch comes from the batches before it: evidence that
         # includes this batch would favour a noise classifier exactly where its deviations
         # happen to point at this batch's actions. This batch's evidence serves the next.
         accumulated = module.trust_evidence[0].to(torch.float64, copy=True)
-        self._update_evidence(module, evidence, s.finite)
+        if self.config.trust == "bias":
+            trust = credit.bias_trust(accumulated[:2])
+            module.trust.fill_(float(trust["trust"]))
+            diagnostics.update({"credit/trust": trust["trust"], "credit/trust_z": trust["z"],
+                                "credit/decision_trust": trust["trust"]})
+            return trust["trust"], 1.0
+        self._update_evidence(module, self._evidence(s), s.finite)
         trust = credit.evidence_trust(accumulated)
         module.trust.fill_(float(trust["trust"]))
         diagnostics.update({
@@ -467,6 +474,30 @@ class ComputeCreditWeights(_CreditPiece):
         units = torch.unique(s.row_chunks[rows], return_inverse=True)[1]
         return credit.calibration_evidence(s.actions[rows], pi_probs[rows], q_probs, units)
 
+    def _bias_evidence(self, s: CreditState) -> torch.Tensor:
+        """This batch's `credit.bias_evidence` of `W_sampled - W` in the policy's last
+        layer, the episode chunks its units; in the accumulated evidence's layout
+        (`[T, V, 0, 0]`). `W` is the pure estimator's weights, `W_sampled` A2C's form
+        of the same credit with the same baseline: `A^GAE onehot(a_t)`, and under the
+        reward outcome `sampled_weights` (`credit.reward_outcome_weights`: the difference
+        is then the replaced in-window terms alone, without the baselines' zero-mean
+        noise)."""
+        parts, num_actions = s.parts, s.log_pi_all.shape[-1]
+        if "reward_weights" in parts:
+            difference = parts["sampled_weights"] - parts["reward_weights"]
+        else:
+            if "expected_weights" in parts:
+                pure = parts["expected_weights"]
+            else:  # one-hot modes: the advantage at trust 1
+                pure = credit.one_hot_weights(parts["hca_advantages"] if "hca_advantages" in parts
+                                              else parts["raw_gate"] * s.gae, s.actions, num_actions)
+            difference = credit.one_hot_weights(s.gae.to(pure.dtype), s.actions, num_actions) - pure
+        latent = s.policy_latent if s.policy_latent is not None else s.grad_latent
+        pi_probs = s.probs()[0] if self.config.credit == "expected_hca" else s.log_pi_all.exp()
+        gradients = credit.head_gradients(s.real(difference), s.real(pi_probs), s.real(latent), s.chunks)
+        evidence = credit.bias_evidence(gradients)
+        return torch.cat([evidence, evidence.new_zeros(2)])
+
     def _update_evidence(self, module, evidence, finite: bool) -> None:
         """Fold this batch's evidence (summed over learner ranks) into the accumulated
         evidence; a non-finite batch on any rank leaves it unchanged."""
@@ -476,7 +507,7 @@ class ComputeCreditWeights(_CreditPiece):
             shared = _sum_over_learners(torch.cat([flat, flags]))
             evidence, finite = shared[:-2], bool(shared[-2] == shared[-1])
         if finite and bool(torch.isfinite(evidence).all()):
-            module.update_trust_evidence(evidence)
+            module.update_trust_evidence(evidence, self.config.trust)
 
     def _diagnostics(self, s: CreditState) -> Dict[str, Any]:
         """Method note, section 4, measured on this (held-out) batch."""

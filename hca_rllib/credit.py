@@ -43,9 +43,11 @@ HINDSIGHT_CREDIT_MODES = tuple(mode for mode in CREDIT_MODES if mode != "a2c")
 # The modes whose weights are one-hot, `W = A_t * onehot(a_t)` (`credit_advantage`).
 ONE_HOT_CREDIT_MODES = tuple(mode for mode in CREDIT_MODES if mode != "expected_hca")
 # How far each mode trusts the classifier (`trust=` in the config; None: not at all
-# degraded, the pure estimator): `evidence`, from held-out evidence accumulated over
-# batches with the episode chunk as the unit (`evidence_trust`).
-TRUST_MODES = ("evidence",)
+# degraded, the pure estimator): `evidence`, from held-out evidence that the classifier
+# knows more than the policy, accumulated over batches with the episode chunk as the unit
+# (`evidence_trust`); `bias`, full trust until the estimator's update is shown to differ
+# in expectation from A2C's (`bias_trust`).
+TRUST_MODES = ("evidence", "bias")
 
 # `hca`: the ratio pi/q is clipped to [0, HCA_RATIO_CLIP] (method note, section 2.2).
 HCA_RATIO_CLIP = 10.0
@@ -290,6 +292,61 @@ def evidence_trust(evidence: torch.Tensor) -> Dict[str, torch.Tensor]:
     return {"trust": trust.float(), "scale": scale.float(), "z": z.float()}
 
 
+# --- Trust until shown biased (`trust="bias"`, method note, section 2.4) ----------------
+
+
+def head_gradients(weights: torch.Tensor, pi_probs: torch.Tensor, latent: torch.Tensor,
+                   units: torch.Tensor) -> torch.Tensor:
+    """Per unit, the gradient that the weights `W` ([N, A]) give the policy's last linear
+    layer: `G_u = sum_{t in u} (W_t - pi_t sum_a W_t[a]) [z_t, 1]^T` (`logit_gradient`
+    times the layer's input `z_t`, `latent` [N, H], with its bias), flattened: float64
+    `[U, A (H + 1)]`, `U = units.max() + 1` (`units`: each row's unit, numbered from 0,
+    every id up to the largest holding a row; `chunk_ids` numbers them so)."""
+    g = logit_gradient(weights.to(torch.float64), pi_probs.to(torch.float64))
+    z = latent.detach().to(torch.float64)
+    z = torch.cat([z, z.new_ones(len(z), 1)], dim=-1)
+    per_row = (g.unsqueeze(-1) * z.unsqueeze(-2)).reshape(len(z), -1)
+    num_units = int(units.max()) + 1 if units.numel() else 0
+    return per_row.new_zeros(num_units, per_row.shape[-1]).index_add_(0, units, per_row)
+
+
+def bias_evidence(unit_gradients: torch.Tensor) -> torch.Tensor:
+    """This batch's evidence that independent units' gradients `G_u` ([U, D]) have a
+    mean other than 0: `[T, V]`, float64, with `T = sum_{u != v} <G_u, G_v>` (mean
+    `U (U - 1) ||E G||^2`, 0 under the null) and `V = 2 sum_{u != v} <G_u, G_v>^2`, its
+    variance under the null (and an overestimate otherwise)."""
+    g = unit_gradients.to(torch.float64)
+    gram = g @ g.T
+    diagonal = torch.diagonal(gram)
+    return torch.stack([gram.sum() - diagonal.sum(), 2.0 * ((gram * gram).sum() - (diagonal * diagonal).sum())])
+
+
+def accumulate_bias_evidence(state: torch.Tensor, batch_evidence: torch.Tensor,
+                             decay: float = EVIDENCE_DECAY) -> torch.Tensor:
+    """`[decay T + T_b, decay^2 V + V_b]`: the decayed sum of the batches' statistics and
+    its variance (the batches are independent under the null)."""
+    state, batch_evidence = state.to(torch.float64), batch_evidence.to(torch.float64)
+    return torch.stack([decay * state[0] + batch_evidence[0], decay * decay * state[1] + batch_evidence[1]])
+
+
+def bias_trust(evidence: torch.Tensor) -> Dict[str, torch.Tensor]:
+    """Trust from accumulated `bias_evidence` of the difference `W_A2C - W` between
+    A2C's weights and the pure estimator's. With the exact posterior the estimator is
+    unbiased: its expected update equals A2C's, the difference's mean gradient is 0 and
+    `z = T / sqrt(V)` has mean 0 and variance 1. The trust is 1 up to
+    `z = Z_FULL_TRUST / 2` and falls linearly to 0 at `Z_FULL_TRUST` (an unbiased
+    estimator crosses the onset with probability about 0.16). Full trust without
+    evidence (`V = 0`). Returns `trust` and `z` (float32 scalars).
+    """
+    ev = evidence.to(torch.float64)
+    usable = ev[1] > 0
+    z = torch.where(usable, ev[0] / torch.sqrt(torch.where(usable, ev[1], torch.ones_like(ev[1]))),
+                    torch.zeros_like(ev[0]))
+    onset = 0.5 * Z_FULL_TRUST
+    trust = torch.clamp((Z_FULL_TRUST - z) / (Z_FULL_TRUST - onset), 0.0, 1.0)
+    return {"trust": trust.float(), "z": z.float()}
+
+
 # --- Policy-gradient weights (method note, section 2) ----------------------------------
 
 
@@ -489,9 +546,11 @@ def reward_outcome_weights(
     entry of `window_rewards`; `h`: `[P, A]`), in `O(P A)` memory rather than
     `O(N window A)`: the same weights (to float64 rounding in the sum's order).
 
-    Returns `weights` (`W`), `reward_weights` (`W_reward`), `advantages` (`W[t, a_t]`),
-    `in_window` (`S_t`) and `remainder` (`R_t`), in the inputs' floating dtype (computed in
-    float64).
+    Returns `weights` (`W`), `reward_weights` (`W_reward`), `sampled_weights` (A2C's form
+    of the same credit with the same baseline, `(R_t + S_t - Vrem(s_t)) onehot(a_t)`: its
+    logit gradient minus `W_reward`'s is `scale sum_k gamma^k r_{t+k} (onehot(a_t) - h_k)`
+    at `scale = 1`, the replaced terms alone), `advantages` (`W[t, a_t]`), `in_window`
+    (`S_t`) and `remainder` (`R_t`), in the inputs' floating dtype (computed in float64).
     """
     num_actions = pi_probs.shape[-1]
     if (h_probs is None) == (pairs is None):
@@ -523,9 +582,11 @@ def reward_outcome_weights(
     if w is not None and w.dim() == 1:
         w = w.unsqueeze(-1)
     weights = blend_toward_a2c(one_hot_weights(gae.to(dtype), actions, num_actions), reward_weights, w)
+    sampled = one_hot_weights(remainder + in_window - remainder_values.to(torch.float64), actions, num_actions)
     return {
         "weights": weights,
         "reward_weights": reward_weights,
+        "sampled_weights": sampled.to(dtype),
         "advantages": weights.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1),
         "in_window": in_window.to(dtype),
         "remainder": remainder.to(dtype),

@@ -32,8 +32,10 @@ HCA_TRAINING_DEFAULTS: Dict[str, Any] = {
     "entropy_coeff": 0.0,
     # `c2a2c`: the gate min(1, |log q - log pi| / delta) is full from delta nats.
     "c2a2c_delta": 0.1,
-    # How far to trust the classifier, degrading each mode toward A2C where its held-out
-    # evidence is weak (method note, section 2.4): "evidence", or None (pure estimators).
+    # How far to trust the classifier, degrading each mode toward A2C (method note,
+    # section 2.4): "evidence" (trust what held-out evidence shows the classifier knows),
+    # "bias" (trust until the estimator's update is shown to differ from A2C's in
+    # expectation), or None (pure estimators).
     "trust": "evidence",
     # The hindsight classifier (module.HindsightSpec), its loss weight in the main step,
     # its extra classifier-only passes over each batch and its learning rate (3x the

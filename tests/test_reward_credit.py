@@ -377,11 +377,31 @@ def test_shapes_and_dtypes():
     for dtype in (torch.float32, F64):
         kw = _random_inputs(5, n=7, window=2, a=3, dtype=dtype)
         out = C.reward_outcome_weights(**kw)
-        assert set(out) == {"weights", "reward_weights", "advantages", "in_window", "remainder"}
-        for key, shape in (("weights", (7, 3)), ("reward_weights", (7, 3)), ("advantages", (7,)),
+        assert set(out) == {"weights", "reward_weights", "sampled_weights", "advantages", "in_window", "remainder"}
+        for key, shape in (("weights", (7, 3)), ("reward_weights", (7, 3)), ("sampled_weights", (7, 3)), ("advantages", (7,)),
                            ("in_window", (7,)), ("remainder", (7,))):
             assert out[key].shape == shape and out[key].dtype == dtype, key
         torch.testing.assert_close(out["in_window"], C.in_window_returns(kw["window_rewards"], 0.9))
     kw = _random_inputs(6)
     with pytest.raises(ValueError, match="h_probs"):
         C.reward_outcome_weights(**{**kw, "h_probs": kw["h_probs"][:, :2]})
+
+
+def test_the_sampled_form_differs_from_the_estimator_by_the_replaced_terms_alone():
+    """`sampled_weights - reward_weights` (what `trust="bias"` tests) has the logit
+    gradient `sum_k gamma^k r_{t+k} (onehot(a_t) - h_k)`: the baselines cancel."""
+    g = torch.Generator().manual_seed(5)
+    n, window, a, gamma = 30, 4, 3, 0.9
+    pi = torch.softmax(torch.randn(n, a, generator=g, dtype=F64), -1)
+    h = torch.softmax(torch.randn(n, window, a, generator=g, dtype=F64), -1)
+    wr = torch.randn(n, window, generator=g, dtype=F64) * (torch.rand(n, window, generator=g) < 0.6)
+    actions = torch.randint(0, a, (n,), generator=g)
+    returns, vrem = torch.randn(n, generator=g, dtype=F64), torch.randn(n, generator=g, dtype=F64)
+    out = C.reward_outcome_weights(actions=actions, gae=returns - 1.0, returns=returns, remainder_values=vrem,
+                                   window_rewards=wr, pi_probs=pi, h_probs=h, gamma=gamma)
+    onehot = torch.nn.functional.one_hot(actions, a).to(F64)
+    powers = torch.tensor([gamma ** k for k in range(1, window + 1)], dtype=F64)
+    expected = ((wr * powers).unsqueeze(-1) * (onehot.unsqueeze(1) - h)).sum(1)
+    torch.testing.assert_close(C.logit_gradient(out["sampled_weights"] - out["reward_weights"], pi), expected)
+    torch.testing.assert_close(C.logit_gradient(out["sampled_weights"], pi),
+                               C.logit_gradient(C.one_hot_weights(returns - vrem, actions, a), pi))
