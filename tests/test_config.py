@@ -31,7 +31,7 @@ INVALID = [
     # (id, training kwargs, regex the message must match)
     ("credit", {"credit": "bogus"}, r"credit must be one of \['a2c', 'hca', 'c2a2c', 'expected_hca'\].*'bogus'"),
     ("credit_mix", {"credit": "mix"}, r"^credit='mix' was removed in 0\.2\.0: use 'hca' or 'expected_hca'$"),
-    ("trust", {"trust": "bogus"}, r"trust must be one of \['evidence', None\], got 'bogus'"),
+    ("trust", {"trust": "bogus"}, r"trust must be one of \['evidence', 'bias', None\], got 'bogus'"),
     ("trust_batch", {"trust": "batch"}, r"^trust='batch' was removed in 0\.2\.0"),
     ("gamma_0", {"gamma": 0.0}, r"gamma must be in \(0\.0, 1\.0\]"),
     ("gamma_1.5", {"gamma": 1.5}, r"gamma must be in \(0\.0, 1\.0\]"),
@@ -80,6 +80,7 @@ VALID = [
     ("coeffs_0", {"vf_loss_coeff": 0.0, "entropy_coeff": 0.0}),
     ("hindsight_coeff_0_with_extra_passes", {"hindsight_loss_coeff": 0.0, "hindsight_epochs": 1}),
     ("trust_none", {"trust": None}),
+    ("trust_bias", {"trust": "bias"}),
     ("hindsight_epochs_3", {"hindsight_epochs": 3}),
     ("hindsight_lr", {"hindsight_lr": 1e-3}),
     ("hindsight_lr_none", {"hindsight_lr": None}),
