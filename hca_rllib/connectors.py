@@ -445,10 +445,10 @@ class ComputeCreditWeights(_CreditPiece):
         # happen to point at this batch's actions. This batch's evidence serves the next.
         accumulated = module.trust_evidence[0].to(torch.float64, copy=True)
         if self.config.trust == "bias":
-            trust = credit.bias_trust(accumulated[:2])
+            trust = credit.bias_trust(accumulated)
             module.trust.fill_(float(trust["trust"]))
             diagnostics.update({"credit/trust": trust["trust"], "credit/trust_z": trust["z"],
-                                "credit/decision_trust": trust["trust"]})
+                                "credit/trust_signal_z": trust["signal_z"], "credit/decision_trust": trust["trust"]})
             return trust["trust"], 1.0
         self._update_evidence(module, self._evidence(s), s.finite)
         trust = credit.evidence_trust(accumulated)
@@ -475,16 +475,18 @@ class ComputeCreditWeights(_CreditPiece):
         return credit.calibration_evidence(s.actions[rows], pi_probs[rows], q_probs, units)
 
     def _bias_evidence(self, s: CreditState) -> torch.Tensor:
-        """This batch's `credit.bias_evidence` of `W_sampled - W` in the policy's last
-        layer, the episode chunks its units; in the accumulated evidence's layout
-        (`[T, V, 0, 0]`). `W` is the pure estimator's weights, `W_sampled` A2C's form
-        of the same credit with the same baseline: `A^GAE onehot(a_t)`, and under the
-        reward outcome `sampled_weights` (`credit.reward_outcome_weights`: the difference
-        is then the replaced in-window terms alone, without the baselines' zero-mean
-        noise)."""
+        """This batch's `credit.bias_evidence` of two gradients in the policy's last
+        layer, the episode chunks its units: `[T_D, V_D, T_H, V_H]`.
+
+        `D`: of `W_sampled - W`, the pure estimator's weights `W` against A2C's form of
+        the same credit (`A^GAE onehot(a_t)`; under the reward outcome the replaced
+        in-window terms alone, `S_t onehot(a_t)` against the `k` terms, the baselines'
+        zero-mean noise left out). `H`: of the estimator's hindsight
+        credit (the reward outcome's `k` terms; the whole of the other modes' `W`)."""
         parts, num_actions = s.parts, s.log_pi_all.shape[-1]
-        if "reward_weights" in parts:
-            difference = parts["sampled_weights"] - parts["reward_weights"]
+        if "hindsight_weights" in parts:
+            hindsight = parts["hindsight_weights"]
+            difference = credit.one_hot_weights(parts["in_window"], s.actions, num_actions) - hindsight
         else:
             if "expected_weights" in parts:
                 pure = parts["expected_weights"]
@@ -492,11 +494,11 @@ class ComputeCreditWeights(_CreditPiece):
                 pure = credit.one_hot_weights(parts["hca_advantages"] if "hca_advantages" in parts
                                               else parts["raw_gate"] * s.gae, s.actions, num_actions)
             difference = credit.one_hot_weights(s.gae.to(pure.dtype), s.actions, num_actions) - pure
-        latent = s.policy_latent if s.policy_latent is not None else s.grad_latent
-        pi_probs = s.probs()[0] if self.config.credit == "expected_hca" else s.log_pi_all.exp()
-        gradients = credit.head_gradients(s.real(difference), s.real(pi_probs), s.real(latent), s.chunks)
-        evidence = credit.bias_evidence(gradients)
-        return torch.cat([evidence, evidence.new_zeros(2)])
+            hindsight = pure
+        latent = s.real(s.policy_latent if s.policy_latent is not None else s.grad_latent)
+        pi_probs = s.real(s.probs()[0] if self.config.credit == "expected_hca" else s.log_pi_all.exp())
+        return torch.cat([credit.bias_evidence(credit.head_gradients(s.real(w), pi_probs, latent, s.chunks))
+                          for w in (difference, hindsight)])
 
     def _update_evidence(self, module, evidence, finite: bool) -> None:
         """Fold this batch's evidence (summed over learner ranks) into the accumulated

@@ -323,28 +323,42 @@ def bias_evidence(unit_gradients: torch.Tensor) -> torch.Tensor:
 
 def accumulate_bias_evidence(state: torch.Tensor, batch_evidence: torch.Tensor,
                              decay: float = EVIDENCE_DECAY) -> torch.Tensor:
-    """`[decay T + T_b, decay^2 V + V_b]`: the decayed sum of the batches' statistics and
-    its variance (the batches are independent under the null)."""
+    """`[decay T + T_b, decay^2 V + V_b]` for each `(T, V)` pair of `bias_evidence`
+    (`[2]`, or several pairs side by side, `[2 m]`): the decayed sum of the batches'
+    statistics and its variance (the batches are independent under the null)."""
     state, batch_evidence = state.to(torch.float64), batch_evidence.to(torch.float64)
-    return torch.stack([decay * state[0] + batch_evidence[0], decay * decay * state[1] + batch_evidence[1]])
+    factors = torch.tensor([decay, decay * decay], dtype=torch.float64, device=state.device).repeat(len(state) // 2)
+    return factors * state + batch_evidence
+
+
+def _z(t: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    usable = v > 0
+    return torch.where(usable, t / torch.sqrt(torch.where(usable, v, torch.ones_like(v))), torch.zeros_like(t))
 
 
 def bias_trust(evidence: torch.Tensor) -> Dict[str, torch.Tensor]:
-    """Trust from accumulated `bias_evidence` of the difference `W_A2C - W` between
-    A2C's weights and the pure estimator's. With the exact posterior the estimator is
-    unbiased: its expected update equals A2C's, the difference's mean gradient is 0 and
-    `z = T / sqrt(V)` has mean 0 and variance 1. The trust is 1 up to
-    `z = Z_FULL_TRUST / 2` and falls linearly to 0 at `Z_FULL_TRUST` (an unbiased
-    estimator crosses the onset with probability about 0.16). Full trust without
-    evidence (`V = 0`). Returns `trust` and `z` (float32 scalars).
+    """Trust from accumulated `bias_evidence` (`[T_D, V_D, T_H, V_H]`) of two gradients in
+    the policy's last layer: `D`, of the difference `W_sampled - W` between A2C's form of
+    the credit and the pure estimator's, and `H`, of the estimator's hindsight credit.
+
+    With the exact posterior the estimator is unbiased: its expected update equals A2C's,
+    `D`'s mean is 0, and `z_D = T_D / sqrt(V_D)` has mean 0 and variance 1. The
+    consistency `c` is 1 up to `z_D = Z_FULL_TRUST / 2` and falls linearly to 0 at
+    `Z_FULL_TRUST` (an unbiased estimator crosses the onset with probability about
+    0.16). A test that stops rejecting is not evidence of no bias: as the policy
+    converges A2C's own gradient shrinks below the noise, and a classifier that learned
+    nothing (`W` about 0, its credit dropped) would pass. So the hindsight credit must
+    also show a mean of its own: the signal `s` is 0 up to `z_H = Z_FULL_TRUST / 2`,
+    rising linearly to 1 at `Z_FULL_TRUST` (a classifier whose deviations from the
+    policy are noise, or absent, stays near 0). `trust = c s`: 0 without evidence.
+    Returns `trust`, `z` (`z_D`) and `signal_z` (`z_H`), float32 scalars.
     """
     ev = evidence.to(torch.float64)
-    usable = ev[1] > 0
-    z = torch.where(usable, ev[0] / torch.sqrt(torch.where(usable, ev[1], torch.ones_like(ev[1]))),
-                    torch.zeros_like(ev[0]))
+    z_d, z_h = _z(ev[0], ev[1]), _z(ev[2], ev[3])
     onset = 0.5 * Z_FULL_TRUST
-    trust = torch.clamp((Z_FULL_TRUST - z) / (Z_FULL_TRUST - onset), 0.0, 1.0)
-    return {"trust": trust.float(), "z": z.float()}
+    consistency = torch.clamp((Z_FULL_TRUST - z_d) / (Z_FULL_TRUST - onset), 0.0, 1.0)
+    signal = torch.clamp((z_h - onset) / (Z_FULL_TRUST - onset), 0.0, 1.0)
+    return {"trust": (consistency * signal).float(), "z": z_d.float(), "signal_z": z_h.float()}
 
 
 # --- Policy-gradient weights (method note, section 2) ----------------------------------
@@ -546,10 +560,9 @@ def reward_outcome_weights(
     entry of `window_rewards`; `h`: `[P, A]`), in `O(P A)` memory rather than
     `O(N window A)`: the same weights (to float64 rounding in the sum's order).
 
-    Returns `weights` (`W`), `reward_weights` (`W_reward`), `sampled_weights` (A2C's form
-    of the same credit with the same baseline, `(R_t + S_t - Vrem(s_t)) onehot(a_t)`: its
-    logit gradient minus `W_reward`'s is `scale sum_k gamma^k r_{t+k} (onehot(a_t) - h_k)`
-    at `scale = 1`, the replaced terms alone), `advantages` (`W[t, a_t]`), `in_window`
+    Returns `weights` (`W`), `reward_weights` (`W_reward`), `hindsight_weights` (its `k`
+    terms, `scale sum_k gamma^k r_{t+k} (h_k - pi)`: exactly 0 where `h_k == pi`; A2C's
+    form of the same terms is `S_t onehot(a_t)`), `advantages` (`W[t, a_t]`), `in_window`
     (`S_t`) and `remainder` (`R_t`), in the inputs' floating dtype (computed in float64).
     """
     num_actions = pi_probs.shape[-1]
@@ -577,16 +590,16 @@ def reward_outcome_weights(
     scale = torch.as_tensor(scale, dtype=torch.float64, device=hindsight.device)
     if scale.dim() == 1:  # one per step
         scale = scale.unsqueeze(-1)
-    reward_weights = (weights_r + scale * hindsight).to(dtype)
+    hindsight = scale * hindsight
+    reward_weights = (weights_r + hindsight).to(dtype)
     w = None if trust is None else torch.as_tensor(trust, dtype=dtype, device=reward_weights.device)
     if w is not None and w.dim() == 1:
         w = w.unsqueeze(-1)
     weights = blend_toward_a2c(one_hot_weights(gae.to(dtype), actions, num_actions), reward_weights, w)
-    sampled = one_hot_weights(remainder + in_window - remainder_values.to(torch.float64), actions, num_actions)
     return {
         "weights": weights,
         "reward_weights": reward_weights,
-        "sampled_weights": sampled.to(dtype),
+        "hindsight_weights": hindsight.to(dtype),
         "advantages": weights.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1),
         "in_window": in_window.to(dtype),
         "remainder": remainder.to(dtype),

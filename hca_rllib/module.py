@@ -548,10 +548,9 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
     def update_trust_evidence(self, batch_evidence: torch.Tensor, trust: str = "evidence") -> None:
         """Fold this batch's evidence (`[4]`) into the accumulated evidence: under
         `trust="evidence"` `credit.calibration_evidence` (`credit.accumulate_evidence`),
-        under `trust="bias"` `credit.bias_evidence` in the first two slots
+        under `trust="bias"` two `credit.bias_evidence` pairs
         (`credit.accumulate_bias_evidence`)."""
         if trust == "bias":
-            self.trust_evidence[0, :2].copy_(credit.accumulate_bias_evidence(self.trust_evidence[0, :2],
-                                                                             batch_evidence[:2]))
+            self.trust_evidence[0].copy_(credit.accumulate_bias_evidence(self.trust_evidence[0], batch_evidence))
             return
         self.trust_evidence[0].copy_(credit.accumulate_evidence(self.trust_evidence[0], batch_evidence))

@@ -66,6 +66,7 @@ RESULT_KEYS = {
     "policy_accuracy": ("learners", "default_policy", "policy/accuracy"),
     "trust": ("learners", "default_policy", "credit/trust"),
     "trust_z": ("learners", "default_policy", "credit/trust_z"),
+    "trust_signal_z": ("learners", "default_policy", "credit/trust_signal_z"),
     "trust_scale": ("learners", "default_policy", "credit/trust_scale"),
     "decision_trust": ("learners", "default_policy", "credit/decision_trust"),
     "hca_ratio_mean": ("learners", "default_policy", "hca/ratio_mean"),

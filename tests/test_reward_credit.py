@@ -377,8 +377,8 @@ def test_shapes_and_dtypes():
     for dtype in (torch.float32, F64):
         kw = _random_inputs(5, n=7, window=2, a=3, dtype=dtype)
         out = C.reward_outcome_weights(**kw)
-        assert set(out) == {"weights", "reward_weights", "sampled_weights", "advantages", "in_window", "remainder"}
-        for key, shape in (("weights", (7, 3)), ("reward_weights", (7, 3)), ("sampled_weights", (7, 3)), ("advantages", (7,)),
+        assert set(out) == {"weights", "reward_weights", "hindsight_weights", "advantages", "in_window", "remainder"}
+        for key, shape in (("weights", (7, 3)), ("reward_weights", (7, 3)), ("hindsight_weights", (7, 3)), ("advantages", (7,)),
                            ("in_window", (7,)), ("remainder", (7,))):
             assert out[key].shape == shape and out[key].dtype == dtype, key
         torch.testing.assert_close(out["in_window"], C.in_window_returns(kw["window_rewards"], 0.9))
@@ -388,8 +388,9 @@ def test_shapes_and_dtypes():
 
 
 def test_the_sampled_form_differs_from_the_estimator_by_the_replaced_terms_alone():
-    """`sampled_weights - reward_weights` (what `trust="bias"` tests) has the logit
-    gradient `sum_k gamma^k r_{t+k} (onehot(a_t) - h_k)`: the baselines cancel."""
+    """A2C's form of the `k` terms, `S_t onehot(a_t)`, minus `hindsight_weights` (what
+    `trust="bias"` tests) has the logit gradient `sum_k gamma^k r_{t+k} (onehot(a_t) -
+    h_k)`; `hindsight_weights` is `reward_weights` less the remainder's sampled term."""
     g = torch.Generator().manual_seed(5)
     n, window, a, gamma = 30, 4, 3, 0.9
     pi = torch.softmax(torch.randn(n, a, generator=g, dtype=F64), -1)
@@ -402,6 +403,7 @@ def test_the_sampled_form_differs_from_the_estimator_by_the_replaced_terms_alone
     onehot = torch.nn.functional.one_hot(actions, a).to(F64)
     powers = torch.tensor([gamma ** k for k in range(1, window + 1)], dtype=F64)
     expected = ((wr * powers).unsqueeze(-1) * (onehot.unsqueeze(1) - h)).sum(1)
-    torch.testing.assert_close(C.logit_gradient(out["sampled_weights"] - out["reward_weights"], pi), expected)
-    torch.testing.assert_close(C.logit_gradient(out["sampled_weights"], pi),
-                               C.logit_gradient(C.one_hot_weights(returns - vrem, actions, a), pi))
+    sampled = C.one_hot_weights(out["in_window"], actions, a)
+    torch.testing.assert_close(C.logit_gradient(sampled - out["hindsight_weights"], pi), expected)
+    torch.testing.assert_close(out["reward_weights"] - out["hindsight_weights"],
+                               C.one_hot_weights(out["remainder"] - vrem, actions, a))
