@@ -551,8 +551,10 @@ _LEARNER_METRICS = {
         "num_trainable_parameters"),
     "default_policy": (
         "advantage_mean", "c2a2c/mask_fraction", "credit/decision_trust", "credit/trust", "credit/trust_scale",
-        "credit/trust_z", "default_optimizer_learning_rate", "diff_num_grad_updates_vs_sampler_policy",
-        "entropy", "gradients_default_optimizer_global_norm", "gradients_hindsight_global_norm",
+        "credit/trust_signal_z", "credit/trust_z", "default_optimizer_learning_rate",
+        "diff_num_grad_updates_vs_sampler_policy", "entropy", "gradients_default_optimizer_global_norm",
+        "gradients_hindsight_global_norm", "gradients_remainder_global_norm", "info/reward_pairs",
+        "remainder_learning_rate", "remainder_vf_loss",
         "hca/advantage_correlation", "hca/clip_fraction", "hca/ratio_max", "hca/ratio_mean", "hca/ratio_median",
         "hca/ratio_p99", "hindsight/accuracy", "hindsight_learning_rate", "hindsight_loss",
         "hindsight_loss_extra_passes", "info/mutual_information", "module_train_batch_size_mean",

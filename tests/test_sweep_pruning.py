@@ -328,10 +328,11 @@ def test_every_reported_metric_is_known():
         start_local_ray(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:
         seen = set()
-        for credit in CREDIT_MODES:
+        reward_outcome = {"hindsight": {"outcome": "reward", "window": 8}, "trust": "bias"}
+        for credit, extra in [(credit, {}) for credit in CREDIT_MODES] + [("expected_hca", reward_outcome)]:
             config = (HCAConfig().environment("CartPole-v1")
                       .env_runners(num_env_runners=0, num_envs_per_env_runner=2)
-                      .training(credit=credit, train_batch_size_per_learner=64))
+                      .training(credit=credit, train_batch_size_per_learner=64, **extra))
             algo = config.build_algo()
             try:
                 result = algo.train()
