@@ -187,28 +187,14 @@ class HCATorchLearner(TorchLearner):
         remainder_params = [p for n, p in named if n.startswith("remainder_vf.")]
         credit_ids = {id(p) for p in hindsight_params + remainder_params}
         main_params = [p for _, p in named if id(p) not in credit_ids]
-        self.register_optimizer(
-            module_id=module_id,
-            optimizer=torch.optim.RMSprop(main_params, alpha=RMSPROP_ALPHA, eps=RMSPROP_EPS),
-            params=main_params,
-            lr_or_lr_schedule=config.lr,
-        )
-        if hindsight_params:
-            self.register_optimizer(
-                module_id=module_id,
-                optimizer_name=HINDSIGHT_OPTIMIZER,
-                optimizer=torch.optim.RMSprop(hindsight_params, alpha=RMSPROP_ALPHA, eps=RMSPROP_EPS),
-                params=hindsight_params,
-                lr_or_lr_schedule=config.hindsight_lr or config.lr,
-            )
-        if remainder_params:
-            self.register_optimizer(
-                module_id=module_id,
-                optimizer_name=REMAINDER_OPTIMIZER,
-                optimizer=torch.optim.RMSprop(remainder_params, alpha=RMSPROP_ALPHA, eps=RMSPROP_EPS),
-                params=remainder_params,
-                lr_or_lr_schedule=config.lr,
-            )
+        groups = [({}, main_params, config.lr),
+                  ({"optimizer_name": HINDSIGHT_OPTIMIZER}, hindsight_params, config.hindsight_lr or config.lr),
+                  ({"optimizer_name": REMAINDER_OPTIMIZER}, remainder_params, config.lr)]
+        for name, params, lr in groups:
+            if params:
+                self.register_optimizer(
+                    module_id=module_id, **name, params=params, lr_or_lr_schedule=lr,
+                    optimizer=torch.optim.RMSprop(params, alpha=RMSPROP_ALPHA, eps=RMSPROP_EPS))
 
     @override(TorchLearner)
     def compute_loss_for_module(
