@@ -130,12 +130,14 @@ def _action_dependent_batch(chunks=16, seed=0):
     return batch
 
 
-def test_an_untrained_classifier_is_never_trusted_and_its_dropped_credit_is_seen():
-    """Untrained (q == pi), expected HCA's weights are 0: the pure estimator would drop
-    the credit. Without evidence the trust is 0 (A2C's weights exactly); the dropped
-    credit is A2C's policy gradient, which `z_D` finds, and the classifier's own credit
-    shows nothing: the trust stays 0."""
-    config = HCAConfig().training(credit="expected_hca", trust="bias")
+@pytest.mark.parametrize("credit_mode", ["expected_hca", "hca", "c2a2c"])
+def test_an_untrained_classifier_is_never_trusted_and_its_dropped_credit_is_seen(credit_mode):
+    """Untrained (q == pi), every mode's pure weights are 0 (expected HCA's `q - pi`,
+    HCA's `1 - pi/q`, the gate): the pure estimator would drop the credit. Without
+    evidence the trust is 0 (A2C's weights exactly); the dropped credit is A2C's policy
+    gradient, which `z_D` finds, and the classifier's own credit shows nothing: the trust
+    stays 0."""
+    config = HCAConfig().training(credit=credit_mode, trust="bias")
     batch = _action_dependent_batch()
     real = batch[Columns.LOSS_MASK]
     module = None
