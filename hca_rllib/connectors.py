@@ -413,8 +413,8 @@ class ComputeCreditWeights(_CreditPiece):
                 pi_probs=pi_probs, q_probs=q_probs,
             )
         self._write(b, s)
-        if config.trust == "bias" and config.credit != "a2c":
-            self._update_evidence(module, self._bias_evidence(s), s.finite)
+        if config.trust is not None:  # this batch's evidence serves the next (`_trust`)
+            self._update_evidence(module, s)
         if s.window_rewards is None:
             diagnostics.update(self._diagnostics(s))
         return diagnostics
@@ -450,7 +450,6 @@ class ComputeCreditWeights(_CreditPiece):
             diagnostics.update({"credit/trust": trust["trust"], "credit/trust_z": trust["z"],
                                 "credit/trust_signal_z": trust["signal_z"], "credit/decision_trust": trust["trust"]})
             return trust["trust"], 1.0
-        self._update_evidence(module, self._evidence(s), s.finite)
         trust = credit.evidence_trust(accumulated)
         module.trust.fill_(float(trust["trust"]))
         diagnostics.update({
@@ -496,20 +495,28 @@ class ComputeCreditWeights(_CreditPiece):
             difference = credit.one_hot_weights(s.gae.to(pure.dtype), s.actions, num_actions) - pure
             hindsight = pure
         latent = s.real(s.policy_latent if s.policy_latent is not None else s.grad_latent)
-        pi_probs = s.real(s.probs()[0] if self.config.credit == "expected_hca" else s.log_pi_all.exp())
+        pi_probs = s.real(s.probs()[0])
         return torch.cat([credit.bias_evidence(credit.head_gradients(s.real(w), pi_probs, latent, s.chunks))
                           for w in (difference, hindsight)])
 
-    def _update_evidence(self, module, evidence, finite: bool) -> None:
-        """Fold this batch's evidence (summed over learner ranks) into the accumulated
-        evidence; a non-finite batch on any rank leaves it unchanged."""
+    def _update_evidence(self, module, s: CreditState) -> None:
+        """Fold this batch's evidence (`_evidence` or, under `trust="bias"`,
+        `_bias_evidence`; summed over learner ranks) into the accumulated evidence; a
+        non-finite batch on any rank leaves it unchanged."""
+        if self.config.trust == "bias":
+            if self.config.credit == "a2c":  # A2C's weights: no estimator to test
+                return
+            evidence, accumulate = self._bias_evidence(s), credit.accumulate_bias_evidence
+        else:
+            evidence, accumulate = self._evidence(s), credit.accumulate_evidence
+        finite = s.finite
         if num_learner_ranks() > 1:
             flags = evidence.new_tensor([float(finite), 1.0])
             flat = evidence if finite else torch.zeros_like(evidence)
             shared = _sum_over_learners(torch.cat([flat, flags]))
             evidence, finite = shared[:-2], bool(shared[-2] == shared[-1])
         if finite and bool(torch.isfinite(evidence).all()):
-            module.update_trust_evidence(evidence, self.config.trust)
+            module.update_trust_evidence(evidence, accumulate)
 
     def _diagnostics(self, s: CreditState) -> Dict[str, Any]:
         """Method note, section 4, measured on this (held-out) batch."""

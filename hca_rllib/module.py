@@ -545,12 +545,8 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
         self.return_encoder.update(returns)
 
     @torch.no_grad()
-    def update_trust_evidence(self, batch_evidence: torch.Tensor, trust: str = "evidence") -> None:
-        """Fold this batch's evidence (`[4]`) into the accumulated evidence: under
-        `trust="evidence"` `credit.calibration_evidence` (`credit.accumulate_evidence`),
-        under `trust="bias"` two `credit.bias_evidence` pairs
-        (`credit.accumulate_bias_evidence`)."""
-        if trust == "bias":
-            self.trust_evidence[0].copy_(credit.accumulate_bias_evidence(self.trust_evidence[0], batch_evidence))
-            return
-        self.trust_evidence[0].copy_(credit.accumulate_evidence(self.trust_evidence[0], batch_evidence))
+    def update_trust_evidence(self, batch_evidence: torch.Tensor, accumulate=credit.accumulate_evidence) -> None:
+        """Fold this batch's evidence (`[4]`) into the accumulated evidence by `accumulate`:
+        `credit.accumulate_evidence` for `credit.calibration_evidence`,
+        `credit.accumulate_bias_evidence` for two `credit.bias_evidence` pairs."""
+        self.trust_evidence[0].copy_(accumulate(self.trust_evidence[0], batch_evidence))
