@@ -138,6 +138,25 @@ CREDIT_METHODS: Dict[str, Dict[str, Any]] = {
                         "hindsight": {"hiddens": [128, 128], "outcome": "reward", "window": 32}},
     "expected_hca_bias": {**DEFAULT_CREDIT, "trust": "bias"},
 }
+# A credit window longer than the 64-step fragment: 2 envs x 256-step fragments (the same
+# 512-step batch), A2C at that sampling too (`_f256`), and the reward outcome with a window
+# of 128 steps; `env_runners` holds a method's `.env_runners()` overrides.
+LONG_FRAGMENTS = {"num_envs_per_env_runner": 2, "rollout_fragment_length": 256}
+_REWARD_W128 = {"hiddens": [128, 128], "outcome": "reward", "window": 128}
+CREDIT_METHODS.update({
+    "a2c_f256": {**A2C_WITH_CLASSIFIER, "env_runners": LONG_FRAGMENTS},
+    "reward_w32_bias_f256": {**CREDIT_METHODS["reward_w32_bias"], "env_runners": LONG_FRAGMENTS},
+    "reward_w128_bias_f256": {**DEFAULT_CREDIT, "trust": "bias", "hindsight": _REWARD_W128,
+                              "env_runners": LONG_FRAGMENTS},
+    "reward_w128_pure_f256": {**DEFAULT_CREDIT, "trust": None, "hindsight": _REWARD_W128,
+                              "env_runners": LONG_FRAGMENTS},
+})
+# The reward outcome with its window carried across fragments (A2C's 64-step fragments
+# kept): a window of 32 (the default's, no longer cut at the fragment's end) or of 64.
+for _window in (32, 64):
+    _across = {"hiddens": [128, 128], "outcome": "reward", "window": _window, "across_fragments": True}
+    CREDIT_METHODS[f"reward_w{_window}_across_bias"] = {**DEFAULT_CREDIT, "trust": "bias", "hindsight": _across}
+    CREDIT_METHODS[f"reward_w{_window}_across_pure"] = {**DEFAULT_CREDIT, "trust": None, "hindsight": _across}
 # The learning-rate control: A2C, the default and the pure estimators (return and
 # reward outcome) at multiples of the learning rate every other method runs at
 # (HCAConfig's 7e-4), `<stem>_<tag>`; a credit mode's gain might be a larger effective

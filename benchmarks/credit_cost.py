@@ -90,7 +90,11 @@ def build_config(env: str, algo: str, overrides):
     from tuned_examples.common import atari_config, minatar_config
 
     config = minatar_config("Breakout", algo=algo) if env == "minatar" else atari_config("Pong", algo=algo)
-    return config.training(**overrides) if overrides else config
+    training = dict(overrides or {})
+    env_runners = training.pop("env_runners", None)  # a variant's sampling (common.LONG_FRAGMENTS)
+    if env_runners:
+        config.env_runners(**env_runners)
+    return config.training(**training) if training else config
 
 
 def _learner_value(result, key):

@@ -18,8 +18,9 @@ on three settings of `benchmarks/credit_analysis.py` where the fragment cuts the
 (delayed effect length 30 and 60 at noise 1; key-to-door with 40 apples), seeds 0..4,
 30k env steps. Score: pi(optimal first action | start) at the end, as in credit_analysis.
 
-The reward outcome's methods `reward_fragment` and `reward_fragment_pure` (with the
-evidence trust and without it) take a credit window as long as the horizon's fragment
+The reward outcome's methods `reward_fragment`, `reward_fragment_bias` and
+`reward_fragment_pure` (with the evidence trust, with the bias trust and without a trust)
+take a credit window as long as the horizon's fragment
 (256 steps with complete episodes): a reward then credits every earlier step of its
 fragment, and the horizon decides how far back that reaches.
 
@@ -71,9 +72,11 @@ HORIZONS: Dict[str, tuple] = {"H64": (8, 64), "H128": (4, 128), "H256": (2, 256)
 CELLS = {f"{s}__{h}": (s, h) for s in BASE_SETTINGS for h in HORIZONS}
 # The reward outcome with its credit window as long as the horizon's fragment (a reward
 # credits every earlier step of its fragment; with complete episodes, 256 steps, longer
-# than these tasks' episodes), with the evidence trust and without it (`_pure`): the
-# methods `reward_w32(_pure)` with the window replaced (`method_overrides`).
+# than these tasks' episodes), with the evidence trust, the bias trust (`_bias`) and
+# without a trust (`_pure`): the methods `reward_w32(_bias, _pure)` with the window
+# replaced (`method_overrides`).
 FRAGMENT_WINDOW_METHODS = {"reward_fragment": METHODS["reward_w32"],
+                           "reward_fragment_bias": METHODS["reward_w32_bias"],
                            "reward_fragment_pure": METHODS["reward_w32_pure"]}
 ALL_METHODS: Dict[str, Dict[str, Any]] = {**METHODS, **FRAGMENT_WINDOW_METHODS}
 EPISODES_WINDOW = 256

@@ -118,7 +118,8 @@ DIAGNOSTICS_WINDOW = DIAGNOSTICS_LAST  # summary: mean of the last 10 iterations
 SMOOTH_ITERATIONS = 5  # plots only: trailing mean over this many iterations per seed
 BASELINE = "a2c"
 
-# Method name -> `.training(...)` overrides.
+# Method name -> `.training(...)` overrides; under `ENV_RUNNERS_KEY`, `.env_runners(...)` ones.
+ENV_RUNNERS_KEY = "env_runners"
 METHODS: Dict[str, Dict[str, Any]] = dict(CREDIT_METHODS)
 
 def _delayed_effect_task(length: int, noise_std: float, noise_note: str) -> Dict[str, Any]:
@@ -166,6 +167,7 @@ DIAGNOSTICS = (
     "credit/trust_z",
     "credit/trust_signal_z",
     "credit/decision_trust",
+    "credit/history_kl",
     "c2a2c/mask_fraction",
     "hca/clip_fraction",
     "hca/advantage_correlation",
@@ -180,6 +182,7 @@ DIAGNOSTIC_LABELS = {
     "credit/trust_z": "trust z-score",
     "credit/trust_signal_z": "trust signal z-score",
     "credit/decision_trust": "per-decision trust (mean)",
+    "credit/history_kl": "KL(pi_b || pi), carried rows",
     "c2a2c/mask_fraction": "mask fraction",
     "hca/clip_fraction": "clip fraction",
     "hca/advantage_correlation": "corr(A, A_GAE)",
@@ -277,8 +280,12 @@ def run_spec(task: str, spec: Dict[str, Any], method: str, overrides: Dict[str, 
     load_start = machine_note().get("loadavg_1_5_15")
     t_start = time.perf_counter()
     config = (base_config or default_base_config)(spec)
+    training = dict(overrides)
+    env_runners = training.pop(ENV_RUNNERS_KEY, None)  # a method's sampling, beside its training
+    if env_runners:
+        config.env_runners(**env_runners)
     config = (
-        config.training(**overrides)
+        config.training(**training)
         .debugging(seed=seed)
     )
     algo = config.build_algo()

@@ -80,7 +80,11 @@ DELAYED_PAIRS_PER_EPISODE = DELAYED_LENGTH + DELAYED_LENGTH * (DELAYED_LENGTH + 
 # because its fit stopped at h = pi gets a second chance; and a longer collection.
 # `long`: three times the steps (Atari: the default budget's floor is 0.01 nats per pair; 120k
 # Breakout steps hold 3.4 GB of frames, twice that while they are stacked).
-VARIANTS = {"default": {}, "gentle": {"fit": {"lr": 3e-4, "patience": 8}}, "long": {"steps": 3}}
+# `window128`: a window of 128 steps (twice MinAtar's 64-step fragments, 25 Atari fragments of
+# 5 steps), what a credit window kept across fragments would see; its lag bands say what the
+# lags past 32 add.
+VARIANTS = {"default": {}, "gentle": {"fit": {"lr": 3e-4, "patience": 8}}, "long": {"steps": 3},
+            "window128": {"window": 128}}
 # --quick: one task, the uniform policy, a tiny budget; one floor cell.
 QUICK = {"task": "minatar_breakout", "max_steps": 3_000, "fit": {"max_updates": 40},
          "floor": ("bandit", 0.05, 1_000, 0)}
@@ -111,12 +115,13 @@ def run_reading(task: str, policy: str, spec: Dict[str, Any], entry: Dict[str, A
     started = time.time()
     fit = {**spec["fit"], **VARIANTS[variant].get("fit", {})}
     max_steps = spec["max_steps"] * VARIANTS[variant].get("steps", 1)
+    window = VARIANTS[variant].get("window", WINDOW)
     result = probe(spec["env"] if entry["checkpoint"] is None else None, checkpoint=entry["checkpoint"],
-                   outcome="reward", window=WINDOW, episodes=MAX_EPISODES, max_steps=max_steps,
+                   outcome="reward", window=window, episodes=MAX_EPISODES, max_steps=max_steps,
                    fit=fit or None, seed=SEED, torch_threads=torch_threads,
                    progress=lambda m: print(f"[{task} {policy}] {m}", flush=True))
     cell = {"task": task, "policy": policy, "env": spec["env"], "policy_entry": entry, "variant": variant,
-            "budget": {"max_steps": max_steps, "window": WINDOW, "fit": fit},
+            "budget": {"max_steps": max_steps, "window": window, "fit": fit},
             "probe": compact(result), "wall_s": time.time() - started}
     return cell
 
@@ -277,6 +282,7 @@ def summary_rows(out: Path, table: Dict[str, Any], folder: str = "readings") -> 
                         else verdict(reward, ret, None if floor is None else floor["floor"])),
             "reward_fit_improved": None if reward is None else reward["fit"]["improved"],
             "return_fit_improved": ret["fit"]["improved"],
+            "per_lag_band": None if reward is None else reward.get("per_lag_band"),
             "mean_episode_return": p["mean_episode_return"], "seconds": p["seconds"]["total"],
             "command": cell.get("command")})
     order = {name: i for i, name in enumerate(TASKS)}
@@ -318,6 +324,20 @@ def table_lines(rows: List[Dict[str, Any]]) -> List[str]:
     return lines
 
 
+def band_lines(rows: List[Dict[str, Any]]) -> List[str]:
+    """Per reading, the reward outcome's information per decision by lag band [95% CI]."""
+    bands = max((r["per_lag_band"] for r in rows if r.get("per_lag_band")), key=len)
+    names = [f"k {lo}-{hi - 1}" for lo, hi in (b["lags"] for b in bands)]
+    lines = ["| task | policy | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+    for r in rows:
+        if not r.get("per_lag_band"):
+            continue
+        policy = "uniform" if r["policy"] == "uniform" else f"A2C {r['env_steps']:,}"
+        cells = [f"{b['information']:+.4f} [{b['ci'][0]:+.4f}, {b['ci'][1]:+.4f}]" for b in r["per_lag_band"]]
+        lines.append(f"| {r['task']} | {policy} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def floor_lines(floor: Dict[str, Any]) -> List[str]:
     lines = ["", "## The detection floor", "",
              "Per family and budget (held-out pairs): the smallest per-pair level detected (Bonferroni CI above "
@@ -354,10 +374,17 @@ def markdown(summary: Dict[str, Any]) -> str:
                          "turned on the return's zero."),
               "long": ("More data: three times the steps",
                        "The same policies and settings with three times the steps (Atari: the default budget's floor "
-                       "is 0.01 nats per pair).")}
+                       "is 0.01 nats per pair)."),
+              "window128": ("A longer window: 128 steps",
+                            "The same policies, steps and fit with a window of 128 steps for both outcomes (the "
+                            "return is the 128-step return). The second table spreads the reward outcome's "
+                            "information per decision over the lags of its pairs: what the lags past 32 add is "
+                            "what a credit window longer than the fragment could use.")}
     for name, variant in summary.get("variants", {}).items():
         title, text = titles[name]
         lines += ["", f"## {title}", "", text, ""] + table_lines(variant["rows"])
+        if any(r.get("per_lag_band") for r in variant["rows"]):
+            lines += [""] + band_lines(variant["rows"])
         lines += ["", "Commands:", ""] + [f"- `{c}`" for c in variant["commands"]]
     if summary["floor"]:
         lines += floor_lines(summary["floor"])

@@ -44,8 +44,8 @@ from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 from ray.rllib.utils.typing import EpisodeType
 
 from hca_rllib import compat, credit
-from hca_rllib.module import (CREDIT_WEIGHTS, REMAINDER_TARGETS, REMAINDER_VALUES, RETURNS, WINDOW_REWARDS,
-                              hindsight_spec)
+from hca_rllib.module import (BEHAVIOUR_LOGITS, CREDIT_WEIGHTS, HISTORY_OFFSETS, HISTORY_ROWS, REMAINDER_TARGETS,
+                              REMAINDER_VALUES, RETURNS, WINDOW_REWARDS, classifier_base_logits, hindsight_spec)
 
 # Key of the per-module `CreditState`s in the pipeline's `shared_data`.
 CREDIT_STATE = "hca_credit_state"
@@ -141,6 +141,14 @@ class CreditState:
     row_chunks: Optional[torch.Tensor] = None
     pair_rows: Optional[torch.Tensor] = None
     pair_lags: Optional[torch.Tensor] = None
+    # Across fragments (else None): the rows carried from earlier fragments (batch rows),
+    # each one's steps to its chunk's first new row, `V(s_{t+1})` of every batch row, and
+    # which pairs are the new rows' (the diagnostics' and the evidence's).
+    history: Optional[torch.Tensor] = None
+    history_offsets: Optional[torch.Tensor] = None
+    behaviour_logits: Optional[torch.Tensor] = None
+    next_values: Optional[torch.Tensor] = None
+    pair_real: Optional[torch.Tensor] = None
     # Credit from the Learner's gradient pass: its latent and logits (with gradient), for
     # the classifier's forward with gradient, kept in `hindsight_logits_grad`.
     grad_latent: Optional[torch.Tensor] = None
@@ -252,12 +260,18 @@ class ComputeReturnsAndAdvantages(_CreditPiece):
             returns, gae = (values.new_zeros(len(mask)).index_copy_(0, steps.rows, x) for x in (returns, gae))
         b[Postprocessing.VALUE_TARGETS] = gae + values
         b[Postprocessing.ADVANTAGES] = gae
+        all_real = bool(mask.all())
         state = CreditState(
             mask=mask, actions=b[Columns.ACTIONS].long(), policy_logits=logits,
             log_pi_all=torch.log_softmax(logits, dim=-1), values=values, returns=returns, gae=gae,
-            policy_latent=latent, chunks=chunks,
-            all_real=bool(mask.all()),
+            policy_latent=latent,
+            # One chunk id per real step (the lean layout's carried rows are not real).
+            chunks=chunks if steps.rows is not None or all_real else chunks[mask],
+            all_real=all_real,
         )
+        if HISTORY_ROWS in b:
+            state.history, state.history_offsets = b[HISTORY_ROWS].bool(), b[HISTORY_OFFSETS]
+            state.behaviour_logits, state.next_values = b[BEHAVIOUR_LOGITS], steps.next_values
         if self.window is not None:
             self._reward_outcome(b, state, steps, chunks, remainder_values)
         return state
@@ -266,6 +280,12 @@ class ComputeReturnsAndAdvantages(_CreditPiece):
         """The reward outcome's window rewards and remainder targets `Z_t - S_t` (into
         `b`, on its rows), and the chunk of every row, onto `state`."""
         window = credit.window_rewards(steps.rewards, chunks, self.window)
+        if state.history is not None:
+            # A carried row's pairs with the rewards of its earlier fragments were credited
+            # there: only this fragment's (lags k >= d_t) remain.
+            lags = torch.arange(1, self.window + 1, device=window.device)
+            window = torch.where(lags.unsqueeze(0) >= state.history_offsets.unsqueeze(-1), window,
+                                 torch.zeros_like(window))
         row_chunks = chunks
         if steps.rows is not None:  # onto RLlib's rows: zeros (no reward events) on the artificial ones
             window = window.new_zeros(len(state.mask), self.window).index_copy_(0, steps.rows, window)
@@ -322,6 +342,8 @@ class ComputeHindsightLogProbs(_CreditPiece):
         if reward_outcome:
             s.pair_rows, s.pair_lags = module.outcome_pairs(outcome)
             encoded = outcome[s.pair_rows, s.pair_lags]
+            if s.history is not None:
+                s.pair_real = s.mask[s.pair_rows]
         else:
             encoded = s.real(s.returns)
         s.finite = self._update_return_statistics(module, encoded, s.real(s.values))
@@ -330,10 +352,12 @@ class ComputeHindsightLogProbs(_CreditPiece):
             # gradient, after the statistics update (as in the module's forward_train),
             # before any training on this batch: held-out all the same.
             with torch.enable_grad():
-                s.hindsight_logits_grad = module.hindsight_logits(obs, s.grad_latent, s.grad_logits, outcome)
+                s.hindsight_logits_grad = module.hindsight_logits(
+                    obs, s.grad_latent, classifier_base_logits(b, s.grad_logits), outcome)
             s.hindsight_logits = s.hindsight_logits_grad.detach()
         else:
-            s.hindsight_logits = module.hindsight_logits(obs, s.policy_latent, s.policy_logits, outcome)
+            s.hindsight_logits = module.hindsight_logits(obs, s.policy_latent,
+                                                         classifier_base_logits(b, s.policy_logits), outcome)
         s.log_q_all = torch.log_softmax(s.hindsight_logits, dim=-1)
         if reward_outcome:
             return self._pair_diagnostics(s)
@@ -350,17 +374,21 @@ class ComputeHindsightLogProbs(_CreditPiece):
 
     @staticmethod
     def _pair_diagnostics(s: CreditState) -> Dict[str, Any]:
-        """The reward outcome's held-out diagnostics, over its (decision, reward event)
-        pairs (every pair row is real)."""
+        """The reward outcome's held-out diagnostics, over the (decision, reward event)
+        pairs of the new rows (the carried rows' pairs are counted apart)."""
         actions = s.actions[s.pair_rows].unsqueeze(-1)
         s.log_q_taken = s.log_q_all.gather(-1, actions).squeeze(-1)
         s.log_pi_taken = s.log_pi_all[s.pair_rows].gather(-1, actions).squeeze(-1)
         s.finite = s.finite and bool(torch.isfinite(s.log_q_all).all())
-        out = {"info/reward_pairs": float(len(s.pair_rows)),
+        real = s.pair_real
+        n_real = len(s.pair_rows) if real is None else int(real.sum())
+        out = {"info/reward_pairs": float(n_real),
                "policy/accuracy": credit.argmax_accuracy(s.policy_logits, s.actions, s.diagnostic_mask)}
-        if len(s.pair_rows):
-            out["info/mutual_information"] = credit.mutual_information(s.log_q_taken, s.log_pi_taken)
-            out["hindsight/accuracy"] = credit.argmax_accuracy(s.hindsight_logits, actions.squeeze(-1))
+        if real is not None:
+            out["info/history_reward_pairs"] = float(len(s.pair_rows) - n_real)
+        if n_real:
+            out["info/mutual_information"] = credit.mutual_information(s.log_q_taken, s.log_pi_taken, real)
+            out["hindsight/accuracy"] = credit.argmax_accuracy(s.hindsight_logits, actions.squeeze(-1), real)
         return out
 
     @staticmethod
@@ -417,19 +445,52 @@ class ComputeCreditWeights(_CreditPiece):
             self._update_evidence(module, s)
         if s.window_rewards is None:
             diagnostics.update(self._diagnostics(s))
+        if s.history is not None:
+            diagnostics.update(self._history_diagnostics(b, s))
         return diagnostics
+
+    @staticmethod
+    def _history_diagnostics(b, s: CreditState) -> Dict[str, Any]:
+        """The carried rows: how many, and `KL(pi_b || pi)` by their lag in updates (the
+        weights that sampled them against the newest in the batch): 1, and 2 or more."""
+        history = s.history
+        out: Dict[str, Any] = {"credit/history_rows": float(history.sum())}
+        if not bool(history.any()):
+            return out
+        kl = credit.behaviour_kl(s.behaviour_logits[history], s.log_pi_all[history])
+        out["credit/history_kl"] = kl.mean()
+        if WEIGHTS_SEQ_NO in b:
+            seq = b[WEIGHTS_SEQ_NO]
+            lag = (seq[s.mask].max() - seq[history]) if bool(s.mask.any()) else torch.zeros_like(seq[history])
+            for name, rows in (("lag1", lag <= 1), ("lag2plus", lag >= 2)):
+                if bool(rows.any()):
+                    out[f"credit/history_kl_{name}"] = kl[rows].mean()
+        return out
 
     def _reward_outcome_weights(self, s: CreditState, trust, scale) -> Dict[str, torch.Tensor]:
         """The reward outcome's weights (`credit.reward_outcome_weights`; `a2c`: A2C's,
         the classifier trained beside it for its diagnostics)."""
         num_actions = s.log_pi_all.shape[-1]
-        if self.config.credit == "a2c":
-            return {"advantages": s.gae, "weights": credit.one_hot_weights(s.gae, s.actions, num_actions)}
+        if self.config.credit == "a2c":  # the carried rows (not real) add nothing
+            gae = s.gae if s.history is None else torch.where(s.history, 0.0, s.gae)
+            return {"advantages": gae, "weights": credit.one_hot_weights(gae, s.actions, num_actions)}
         pi_probs, h_pairs = s.probs()
-        return credit.reward_outcome_weights(
+        parts = credit.reward_outcome_weights(
             actions=s.actions, gae=s.gae, returns=s.returns, remainder_values=s.remainder_values,
             window_rewards=s.window_rewards, pi_probs=pi_probs, pairs=(s.pair_rows, s.pair_lags, h_pairs),
             gamma=self.config.gamma, trust=trust, scale=scale)
+        if s.history is not None:  # the carried rows: this fragment's credit, importance-weighted
+            shift = credit.history_shift(s.values, s.next_values, s.row_chunks, s.history_offsets,
+                                         s.window_rewards.shape[-1], self.config.gamma)
+            carried = credit.history_weights(
+                actions=s.actions, history=s.history, shift=shift, pi_probs=pi_probs,
+                behaviour_probs=torch.softmax(s.behaviour_logits, dim=-1), window_rewards=s.window_rewards,
+                pairs=(s.pair_rows, s.pair_lags, h_pairs), gamma=self.config.gamma, trust=trust, scale=scale)
+            weights = torch.where(s.history.unsqueeze(-1), carried["weights"].to(parts["weights"].dtype),
+                                  parts["weights"])
+            parts = {**parts, "weights": weights,
+                     "advantages": weights.gather(-1, s.actions.unsqueeze(-1)).squeeze(-1)}
+        return parts
 
     @staticmethod
     def _write(b, s: CreditState) -> None:
@@ -470,6 +531,8 @@ class ComputeCreditWeights(_CreditPiece):
         if s.pair_rows is None:
             return credit.calibration_evidence(s.real(s.actions), s.real(pi_probs), s.real(q_probs), s.chunks)
         rows = s.pair_rows
+        if s.pair_real is not None:  # the new rows' pairs
+            rows, q_probs = rows[s.pair_real], q_probs[s.pair_real]
         units = torch.unique(s.row_chunks[rows], return_inverse=True)[1]
         return credit.calibration_evidence(s.actions[rows], pi_probs[rows], q_probs, units)
 
@@ -555,34 +618,58 @@ class LeanEpisodesToBatch(ConnectorV2):
     values of the observations after the cut chunks come from one no-grad value pass on
     those observations only, into `BOOTSTRAP_VALUES` on each cut chunk's last step. The
     episodes are read, not changed. Single-agent (validated).
+
+    `history` > 0 (the reward outcome across fragments): in front of each chunk, up to
+    `history` steps of its lookback buffer (its episode's earlier fragments) as rows of
+    the same chunk, `LOSS_MASK` False, flagged in `HISTORY_ROWS` with their steps to the
+    chunk's first new row in `HISTORY_OFFSETS`, and every row's sampling logits in
+    `BEHAVIOUR_LOGITS`.
     """
 
     def __init__(self, input_observation_space=None, input_action_space=None, *, num_frames: int = 1,
-                 device=None):
+                 history: int = 0, device=None):
         super().__init__(input_observation_space, input_action_space)
         self.num_frames = int(num_frames)
+        self.history = int(history)
         self.device = device
 
-    def _observations(self, episode) -> np.ndarray:
-        """The `len(episode) + 1` (stacked) observations of a chunk, the last one being
-        the observation after its last step."""
+    def _carried(self, episode) -> int:
+        """How many lookback steps of `episode` come in front of its rows."""
+        if not self.history:
+            return 0
+        return min(self.history, episode.actions.lookback, episode.rewards.lookback)
+
+    def _observations(self, episode, carried: int = 0) -> np.ndarray:
+        """The `carried + len(episode) + 1` (stacked) observations of a chunk: `carried`
+        lookback steps', its own, and the observation after its last step."""
         length, k = len(episode), self.num_frames
         if k == 1:
-            return np.asarray(episode.get_observations(slice(0, length + 1)))
+            if not carried:
+                return np.asarray(episode.get_observations(slice(0, length + 1)))
+            return np.asarray(episode.get_observations(slice(-carried, length + 1), neg_index_as_lookback=True))
+        rows = carried + length + 1
         frames = np.asarray(episode.get_observations(
-            indices=slice(-k + 1, length + 1), neg_index_as_lookback=True, fill=0.0))
+            indices=slice(-carried - k + 1, length + 1), neg_index_as_lookback=True, fill=0.0))
         frames = np.squeeze(frames, axis=-1)
         view = np.lib.stride_tricks.as_strided(
-            frames, shape=(length + 1, k) + frames.shape[1:], strides=(frames.strides[0],) + frames.strides)
+            frames, shape=(rows, k) + frames.shape[1:], strides=(frames.strides[0],) + frames.strides)
         return np.transpose(view, axes=[0, 2, 3, 1])
+
+    @staticmethod
+    def _steps(episode, carried: int, get, *args) -> np.ndarray:
+        """An episode's per-step column (`get`: its getter) with `carried` lookback steps first."""
+        if not carried:
+            return np.asarray(get(*args))
+        return np.asarray(get(*args, slice(-carried, len(episode)), neg_index_as_lookback=True))
 
     @override(ConnectorV2)
     def __call__(self, *, rl_module, batch, episodes, shared_data=None, metrics=None, **kwargs):
         episodes = [e for e in episodes if len(e) > 0]
         if not episodes:
             return batch
-        observations = [self._observations(e) for e in episodes]
-        lengths = np.array([len(e) for e in episodes])
+        carried = [self._carried(e) for e in episodes]
+        observations = [self._observations(e, c) for e, c in zip(episodes, carried)]
+        lengths = np.array([c + len(e) for e, c in zip(episodes, carried)])
         ends = np.cumsum(lengths) - 1
         terminated = np.array([bool(e.is_terminated) for e in episodes])
         n = int(lengths.sum())
@@ -594,17 +681,28 @@ class LeanEpisodesToBatch(ConnectorV2):
         def tensor(array):
             return torch.from_numpy(np.ascontiguousarray(array)).to(self.device)
 
+        steps = self._steps
         module_batch = {
             Columns.OBS: tensor(np.concatenate([o[:-1] for o in observations])),
-            Columns.ACTIONS: tensor(np.concatenate([np.asarray(e.get_actions()) for e in episodes])),
-            Columns.REWARDS: tensor(np.concatenate([np.asarray(e.get_rewards(), np.float32) for e in episodes])),
+            Columns.ACTIONS: tensor(np.concatenate([steps(e, c, e.get_actions) for e, c in zip(episodes, carried)])),
+            Columns.REWARDS: tensor(np.concatenate(
+                [steps(e, c, e.get_rewards).astype(np.float32) for e, c in zip(episodes, carried)])),
             Columns.TERMINATEDS: tensor(terminateds),
             Columns.TRUNCATEDS: tensor(truncateds),
             Columns.LOSS_MASK: torch.ones(n, dtype=torch.bool, device=self.device),
         }
         if all(WEIGHTS_SEQ_NO in e.extra_model_outputs for e in episodes):
             module_batch[WEIGHTS_SEQ_NO] = tensor(np.concatenate(
-                [np.asarray(e.get_extra_model_outputs(WEIGHTS_SEQ_NO)) for e in episodes]))
+                [steps(e, c, e.get_extra_model_outputs, WEIGHTS_SEQ_NO) for e, c in zip(episodes, carried)]))
+        if self.history:
+            offsets = np.concatenate([np.concatenate([np.arange(c, 0, -1), np.zeros(len(e), np.int64)])
+                                      for e, c in zip(episodes, carried)]).astype(np.int64)
+            module_batch[HISTORY_OFFSETS] = tensor(offsets)
+            module_batch[HISTORY_ROWS] = tensor(offsets > 0)
+            module_batch[Columns.LOSS_MASK] = tensor(offsets == 0)
+            module_batch[BEHAVIOUR_LOGITS] = tensor(np.concatenate(
+                [steps(e, c, e.get_extra_model_outputs, Columns.ACTION_DIST_INPUTS)
+                 for e, c in zip(episodes, carried)]).astype(np.float32))
         bootstrap = torch.zeros(n, dtype=torch.float32, device=self.device)
         cut = np.flatnonzero(~terminated)
         if len(cut):

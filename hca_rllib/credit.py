@@ -393,11 +393,17 @@ def expected_hca_weights(
     return scale * centred * (q_probs - pi_probs)
 
 
-def policy_gradient_loss(weights: torch.Tensor, log_probs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """`-mean_t sum_a W[t, a] log pi(a|s_t)` over the real steps (`W` detached)."""
+def policy_gradient_loss(weights: torch.Tensor, log_probs: torch.Tensor, mask: torch.Tensor,
+                         history: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """`-mean_t sum_a W[t, a] log pi(a|s_t)` over the real steps (`W` detached); the rows
+    carried from earlier fragments (`history`) add their terms to the sum, not to the
+    count: their steps were counted in their own fragment."""
     per_step = (weights.detach() * log_probs).sum(-1)
     mask = mask.bool()
-    return -per_step[mask].sum() / mask.sum().clamp(min=1)
+    total = per_step[mask].sum()
+    if history is not None:
+        total = total + per_step[history.bool()].sum()
+    return -total / mask.sum().clamp(min=1)
 
 
 def logit_gradient(weights: torch.Tensor, pi_probs: torch.Tensor) -> torch.Tensor:
@@ -604,6 +610,101 @@ def reward_outcome_weights(
         "in_window": in_window.to(dtype),
         "remainder": remainder.to(dtype),
     }
+
+# --- The reward outcome across fragments (method note, section 2.9) -----------------
+
+
+def history_shift(values: torch.Tensor, next_values: torch.Tensor, chunks: torch.Tensor, offsets: torch.Tensor,
+                  window: int, gamma: float) -> torch.Tensor:
+    """`[N]`: for each row carried from an earlier fragment (`offsets` `d_t >= 1`: steps to
+    its chunk's first new row `s = t + d_t`), how far its sampled return moves when it
+    runs on into this fragment, up to the end of its window:
+
+        shift_t = gamma^(m + 1 - t) V(s_{m+1}) - gamma^(d_t) V(s_s),   m = min(last row, t + window)
+
+    (`next_values[m]` = `V(s_{m+1})`: 0 after a terminal step, the bootstrap value on a
+    cut). Its earlier update bootstrapped at `s` with `V(s_s)`; with this shift and the
+    rewards `s..m` the return is cut at the window's end. 0 on new rows (`d_t = 0`).
+    Computed in float64, returned in `values`' dtype."""
+    window = _check_window(window)
+    n = len(values)
+    d = offsets.long()
+    idx = torch.arange(n, device=values.device)
+    last = torch.zeros(int(chunks.max()) + 1 if n else 0, dtype=torch.long, device=values.device)
+    last = last.scatter_reduce(0, chunks.long(), idx, reduce="amax", include_self=False)[chunks.long()]
+    m = torch.minimum(last, idx + window)
+    carried = d > 0
+    start = torch.where(carried, idx + d, idx).clamp(max=max(n - 1, 0))
+    v64, nv64 = values.to(torch.float64), next_values.to(torch.float64)
+    g = torch.tensor(gamma, dtype=torch.float64, device=values.device)
+    shift = g ** (m + 1 - idx).to(torch.float64) * nv64[m] - g ** d.to(torch.float64) * v64[start]
+    return torch.where(carried, shift, torch.zeros_like(shift)).to(_out_dtype(values))
+
+
+def history_weights(
+    *,
+    actions: torch.Tensor,
+    history: torch.Tensor,
+    shift: torch.Tensor,
+    pi_probs: torch.Tensor,
+    behaviour_probs: torch.Tensor,
+    window_rewards: torch.Tensor,
+    pairs: tuple,
+    gamma: float,
+    trust=None,
+    scale: float | torch.Tensor = 1.0,
+) -> Dict[str, torch.Tensor]:
+    """Per-action weights of the rows carried from earlier fragments (`history` True; 0
+    elsewhere): the credit of this fragment's rewards inside their windows, sampled by an
+    older policy `pi_b` and applied under the current `pi`:
+
+        W[t, a] = w (scale sum_k gamma^k r_{t+k} pi(a) (h_k(a) / pi_b(a) - 1)
+                     + onehot(a_t)[a] rho_t shift_t),        rho_t = pi(a_t) / pi_b(a_t)
+
+    `pairs = (rows, lags, h)`: the (row, lag index `k - 1`) of each reward event and
+    `h_k(.|s_t, r_{t+k})` under the behaviour policy (`[P, A]`); only the carried rows'
+    pairs are read, which must be this fragment's (`window_rewards` 0 at the lags of the
+    earlier fragments). `shift` = `history_shift`. Each `k` term is exactly 0 where
+    `h_k == pi_b`: a reward the classifier cannot attribute pulls the policy toward no
+    older one. `E_b[...]` of the `k` terms is `E_pi[gamma^k r_{t+k} grad log pi(a_t)]`
+    with the exact posterior under `pi_b` (importance weighting of the one action, then
+    the Rao-Blackwell step). The trust `w` (None: 1) multiplies everything: at `w = 0`
+    the carried rows add nothing, and the update is the fragment's alone.
+
+    Returns `weights` (`[N, A]`, the carried rows' `W`), `hindsight_weights` (its `k`
+    terms, scaled, before the trust) and `ratio` (`rho_t`, 0 on new rows), in the inputs'
+    floating dtype (computed in float64)."""
+    rows, lags, h = pairs
+    dtype = _out_dtype(pi_probs, behaviour_probs, shift, window_rewards, h)
+    history = history.bool()
+    pi64, b64 = pi_probs.to(torch.float64), behaviour_probs.to(torch.float64)
+    keep = history[rows]
+    rows, lags, h = rows[keep], lags[keep], h[keep].to(torch.float64)
+    powers = torch.tensor([gamma ** k for k in range(1, window_rewards.shape[-1] + 1)], dtype=torch.float64,
+                          device=window_rewards.device)
+    r = window_rewards.to(torch.float64)[rows, lags] * powers[lags]
+    terms = r.unsqueeze(-1) * pi64[rows] * (h / b64[rows] - 1.0)
+    hindsight = torch.zeros_like(pi64).index_add_(0, rows, terms)
+    scale = torch.as_tensor(scale, dtype=torch.float64, device=hindsight.device)
+    if scale.dim() == 1:
+        scale = scale.unsqueeze(-1)
+    hindsight = scale * hindsight
+    taken = actions.long().unsqueeze(-1)
+    ratio = torch.where(history, (pi64.gather(-1, taken) / b64.gather(-1, taken)).squeeze(-1), 0.0)
+    sampled = one_hot_weights(ratio * shift.to(torch.float64), actions, pi64.shape[-1])
+    weights = torch.where(history.unsqueeze(-1), hindsight + sampled, 0.0)
+    if trust is not None:
+        w = torch.as_tensor(trust, dtype=torch.float64, device=weights.device)
+        weights = weights * (w.unsqueeze(-1) if w.dim() == 1 else w)
+    return {"weights": weights.to(dtype), "hindsight_weights": hindsight.to(dtype), "ratio": ratio.to(dtype)}
+
+
+def behaviour_kl(behaviour_logits: torch.Tensor, log_pi_all: torch.Tensor) -> torch.Tensor:
+    """`KL(pi_b || pi)` per row, from the behaviour policy's logits and the current
+    policy's log-probabilities."""
+    log_b = torch.log_softmax(behaviour_logits.to(log_pi_all.dtype), dim=-1)
+    return (log_b.exp() * (log_b - log_pi_all)).sum(-1)
+
 
 # --- Diagnostics (method note, section 4) -------------------------------------------
 

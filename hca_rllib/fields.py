@@ -17,6 +17,7 @@ import math
 import numbers
 from typing import Any, Callable, Dict, Optional, Tuple
 
+from hca_rllib.connectors import lean_learner_blocker
 from hca_rllib.credit import CREDIT_MODES, TRUST_MODES
 from hca_rllib.module import (HINDSIGHT_DEFAULTS, HindsightSpec, drop_removed, hindsight_error, removed_error,
                               removed_hindsight_error, removed_value_error, upgrade_hindsight_options)
@@ -132,7 +133,9 @@ def merged_hindsight(current: Dict[str, Any], options) -> Dict[str, Any]:
     replaces them all, a dict sets the options it names; ValueError (one line) for a bad one."""
     if isinstance(options, HindsightSpec):
         return options.as_dict()
-    error = hindsight_error(options)
+    # The options with the ones they keep: some depend on each other (across_fragments on
+    # the outcome).
+    error = hindsight_error({**current, **options} if isinstance(options, dict) else options)
     if error:
         raise ValueError(error)
     return {**current, **copy.deepcopy(options)}
@@ -255,7 +258,7 @@ def config_errors(config):
             and config.credit not in REWARD_OUTCOME_CREDIT_MODES:
         yield (f"hindsight.outcome='reward' takes credit in {list(REWARD_OUTCOME_CREDIT_MODES)} "
                f"(its weights are all-action), got credit={config.credit!r}")
-    yield from filter(None, [_window_error(config)])
+    yield from filter(None, [_window_error(config), _across_fragments_error(config)])
     if config.credit != "a2c" and config.hindsight_loss_coeff == 0 and config.hindsight_epochs == 0:
         yield (f"credit={config.credit!r} needs a trained classifier: hindsight_loss_coeff "
                f"must be > 0 (or hindsight_epochs >= 1), got 0")
@@ -268,7 +271,8 @@ def _window_error(config) -> Optional[str]:
     """The reward outcome's window longer than a rollout fragment: (step, reward) pairs
     never cross a fragment, so the steps past the fragment would credit nothing."""
     hindsight = config.hindsight if isinstance(config.hindsight, dict) else {}
-    if hindsight.get("outcome") != "reward" or config.batch_mode != "truncate_episodes":
+    if hindsight.get("outcome") != "reward" or config.batch_mode != "truncate_episodes" \
+            or hindsight.get("across_fragments") is True:
         return None
     window = hindsight.get("window", HINDSIGHT_DEFAULTS["window"])
     try:
@@ -277,8 +281,22 @@ def _window_error(config) -> Optional[str]:
         return None
     if isinstance(window, int) and isinstance(fragment, int) and window > fragment:
         return (f"hindsight.window={window} is longer than the rollout fragment ({fragment} steps): "
-                f"a reward credits only the steps of its own fragment; set window <= {fragment} "
-                f"or a longer rollout_fragment_length")
+                f"a reward credits only the steps of its own fragment; set window <= {fragment}, "
+                f"a longer rollout_fragment_length, or hindsight.across_fragments=True")
+    return None
+
+
+def _across_fragments_error(config) -> Optional[str]:
+    """The window across fragments where the learner path cannot carry it: the rows it
+    carries from earlier fragments are built by the lean learner path's batch."""
+    hindsight = config.hindsight if isinstance(config.hindsight, dict) else {}
+    if hindsight.get("across_fragments") is not True:
+        return None
+    if config.learner_path == "rllib":
+        return "hindsight.across_fragments needs learner_path='lean' or 'auto', got 'rllib'"
+    blocker = lean_learner_blocker(config) if config.learner_path == "auto" else None
+    if blocker:
+        return f"hindsight.across_fragments needs the lean learner path, which cannot run this config: {blocker}"
     return None
 
 

@@ -33,6 +33,7 @@ from hca_rllib.callbacks import STATS_CLS_LOOKUP, GameScoreCallback
 from hca_rllib.connectors import LeanEpisodesToBatch, flatten_observations_if_needed
 from hca_rllib.credit import HINDSIGHT_CREDIT_MODES
 from hca_rllib.envs.resolver import EnvResolutionError, env_family, resolve_env
+from hca_rllib.module import HINDSIGHT_DEFAULTS
 from hca_rllib.fields import (HCA_TRAINING_DEFAULTS, config_errors, drop_removed_fields, merged_hindsight,
                               refuse_removed, upgrade_state)
 from hca_rllib.paths import default_paths, install_paths, resolved_learner_path, resolved_sampler
@@ -226,7 +227,8 @@ class HCAConfig(AlgorithmConfig):
     def build_learner_connector(self, input_observation_space, input_action_space, device=None):
         if self.uses_lean_learner:
             return LearnerConnectorPipeline(
-                connectors=[LeanEpisodesToBatch(num_frames=self.resolved_frame_stack, device=device)],
+                connectors=[LeanEpisodesToBatch(num_frames=self.resolved_frame_stack, history=self.history_window,
+                                                device=device)],
                 input_observation_space=input_observation_space,
                 input_action_space=input_action_space,
             )
@@ -284,8 +286,18 @@ class HCAConfig(AlgorithmConfig):
             raise ValueError(str(error).splitlines()[0]) from None
         # A stack at the start of a fragment reaches back frame_stack - 1 steps into the
         # previous fragment: keep them in the episode's lookback buffer.
-        if self.resolved_frame_stack - 1 > self.episode_lookback_horizon:
-            self.episode_lookback_horizon = self.resolved_frame_stack - 1
+        lookback = self.resolved_frame_stack - 1 + self.history_window
+        if lookback > self.episode_lookback_horizon:
+            self.episode_lookback_horizon = lookback
+
+    @property
+    def history_window(self) -> int:
+        """Steps of the episode's earlier fragments each chunk carries for the credit: the
+        reward outcome's window under `hindsight.across_fragments`, else 0."""
+        hindsight = self.hindsight if isinstance(self.hindsight, dict) else {}
+        if not (self.uses_hindsight and hindsight.get("across_fragments") is True):
+            return 0
+        return int(hindsight.get("window", HINDSIGHT_DEFAULTS["window"]))
 
 
 class A2CConfig(HCAConfig):

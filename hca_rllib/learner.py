@@ -45,7 +45,8 @@ from ray.rllib.utils.typing import ModuleID, ParamDict, TensorType
 
 from hca_rllib import credit
 from hca_rllib.connectors import CreditState, credit_pieces, is_distributed, num_learner_ranks
-from hca_rllib.module import CREDIT_WEIGHTS, HINDSIGHT_LOGITS, REMAINDER_TARGETS, REMAINDER_VALUES
+from hca_rllib.module import (CREDIT_WEIGHTS, HINDSIGHT_LOGITS, HISTORY_ROWS, REMAINDER_TARGETS, REMAINDER_VALUES,
+                              classifier_base_logits)
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +78,12 @@ def hindsight_loss(hindsight_logits, actions, mask) -> torch.Tensor:
     """The classifier's cross-entropy `-mean_t log q(a_t | s_t, Z_t)` over the real steps
     (`actions` of shape [B, 1]): `pass_loss` for one pass."""
     return pass_loss(actions, mask)(hindsight_logits)
+
+
+def classifier_rows(mask: torch.Tensor, history: Optional[torch.Tensor]) -> torch.Tensor:
+    """The rows whose pairs the classifier fits: the real rows and, across fragments, the
+    carried ones (their pairs with this fragment's rewards are new)."""
+    return mask if history is None else mask | history.bool()
 
 
 def pass_loss(actions, mask):
@@ -212,7 +219,8 @@ class HCATorchLearner(TorchLearner):
         log_probs = torch.log_softmax(fwd_out[Columns.ACTION_DIST_INPUTS], dim=-1)
         entropy = _masked_mean(-(log_probs.exp() * log_probs).sum(-1), mask)
 
-        policy_loss = credit.policy_gradient_loss(batch[CREDIT_WEIGHTS], log_probs, mask)
+        history = batch.get(HISTORY_ROWS)
+        policy_loss = credit.policy_gradient_loss(batch[CREDIT_WEIGHTS], log_probs, mask, history)
         values = fwd_out[Columns.VF_PREDS]
         targets = batch[Postprocessing.VALUE_TARGETS]
         vf_loss = _masked_mean((values - targets) ** 2, mask)
@@ -238,8 +246,9 @@ class HCATorchLearner(TorchLearner):
         if HINDSIGHT_LOGITS in fwd_out:
             module = self.module[module_id].unwrapped()
             rows, _ = module.outcome_pairs(batch[module.outcome_column])
-            classifier_loss = (hindsight_loss(fwd_out[HINDSIGHT_LOGITS], actions, mask) if rows is None
-                               else hindsight_loss(fwd_out[HINDSIGHT_LOGITS], actions[rows], mask[rows]))
+            fit_rows = classifier_rows(mask, history)
+            classifier_loss = (hindsight_loss(fwd_out[HINDSIGHT_LOGITS], actions, fit_rows) if rows is None
+                               else hindsight_loss(fwd_out[HINDSIGHT_LOGITS], actions[rows], fit_rows[rows]))
             total = total + config.hindsight_loss_coeff * classifier_loss
             metrics["hindsight_loss"] = classifier_loss
         metrics["total_loss"] = total
@@ -289,7 +298,8 @@ class HCATorchLearner(TorchLearner):
         applied and ends the passes. Returns the last applied pass's loss (None: none)."""
         distributed = is_distributed()
         module = self.module[module_id].unwrapped()
-        mask = batch[Columns.LOSS_MASK].bool()
+        mask = classifier_rows(batch[Columns.LOSS_MASK].bool(), batch.get(HISTORY_ROWS))
+        logits = classifier_base_logits(batch, logits)
         actions = batch[Columns.ACTIONS].long().unsqueeze(-1)
         optimizer = self.get_optimizer(module_id, HINDSIGHT_OPTIMIZER)
         params = [p for group in optimizer.param_groups for p in group["params"]]

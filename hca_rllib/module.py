@@ -43,6 +43,13 @@ WINDOW_REWARDS = "hca_window_rewards"
 REMAINDER_TARGETS = "hca_remainder_targets"
 # Forward-output key of the remainder head's values, V_rem(s_t) = V(s_t) - E[S_t | s_t].
 REMAINDER_VALUES = "hca_remainder_values"
+# The reward outcome across fragments (`HindsightSpec.across_fragments`): the rows carried
+# in front of a chunk from its episode's earlier fragments (bool, [B]; their LOSS_MASK is
+# False), each one's steps to its chunk's first new row (`d_t >= 1`; 0 on new rows), and
+# the logits of the policy that sampled each row (RLlib's column, the sampler's).
+HISTORY_ROWS = "hca_history_rows"
+HISTORY_OFFSETS = "hca_history_offsets"
+BEHAVIOUR_LOGITS = Columns.ACTION_DIST_INPUTS
 
 # Nature DQN torso (Mnih et al. 2015), valid padding: 84x84 -> 20 -> 9 -> 7, 3136 wide.
 NATURE_CNN_FILTERS = [[32, 8, 4, "valid"], [64, 4, 2, "valid"], [64, 3, 1, "valid"]]
@@ -76,6 +83,11 @@ class HindsightSpec:
     # The reward outcome's credit window: the lags k = 1..window whose rewards the
     # classifier credits (rewards beyond it, and the bootstrap, are sampled as in A2C).
     window: int = 32
+    # The reward outcome's window reaches back across fragments: each chunk carries its
+    # episode's last `window` steps, and a reward credits those earlier steps too, by an
+    # importance-weighted correction (method note, section 2.9). Without it a window ends
+    # at its fragment's end.
+    across_fragments: bool = False
 
     def as_dict(self) -> Dict[str, Any]:
         """The options as the config holds them (JSON values: `hiddens` a list)."""
@@ -172,6 +184,11 @@ def hindsight_error(options: Any) -> Optional[str]:
     window = options.get("window", HINDSIGHT_DEFAULTS["window"])
     if isinstance(window, bool) or not isinstance(window, numbers.Integral) or not 1 <= window <= MAX_WINDOW:
         return f"hindsight.window must be an integer in [1, {MAX_WINDOW}], got {window!r}"
+    across = options.get("across_fragments", False)
+    if not isinstance(across, bool):
+        return f"hindsight.across_fragments must be True or False, got {across!r}"
+    if across and options.get("outcome", HINDSIGHT_DEFAULTS["outcome"]) != "reward":
+        return "hindsight.across_fragments needs outcome='reward' (it carries reward events across fragments)"
     return None
 
 
@@ -191,6 +208,17 @@ def hindsight_spec(options: Optional[Dict[str, Any]]) -> HindsightSpec:
         raise ValueError(error)
     return HindsightSpec(**{**options, "hiddens": tuple(options.get("hiddens", HindsightSpec.hiddens)),
                             "window": int(options.get("window", HindsightSpec.window))})
+
+
+def classifier_base_logits(batch: Dict[str, Any], logits: torch.Tensor) -> torch.Tensor:
+    """The policy logits the classifier is relative to, per row: `logits` (the current
+    policy's), but on the rows carried from earlier fragments (`HISTORY_ROWS`) those of
+    the policy that sampled them (`BEHAVIOUR_LOGITS`): their `h_k` is the posterior under
+    the behaviour policy."""
+    history = batch.get(HISTORY_ROWS)
+    if history is None:
+        return logits
+    return torch.where(history.unsqueeze(-1), batch[BEHAVIOUR_LOGITS].to(logits.dtype), logits)
 
 
 def is_image_space(space: gym.Space) -> bool:
@@ -418,7 +446,8 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
         if remainder is not None:
             out[REMAINDER_VALUES] = remainder
         if self.hindsight is not None and self.outcome_column in batch:
-            out[HINDSIGHT_LOGITS] = self.hindsight_logits(obs, policy_latent, logits, batch[self.outcome_column])
+            out[HINDSIGHT_LOGITS] = self.hindsight_logits(obs, policy_latent, classifier_base_logits(batch, logits),
+                                                          batch[self.outcome_column])
         return out
 
     def _value_latent(self, obs: torch.Tensor, policy_latent: Optional[torch.Tensor]) -> torch.Tensor:

@@ -68,6 +68,7 @@ RESULT_KEYS = {
     "trust_z": ("learners", "default_policy", "credit/trust_z"),
     "trust_signal_z": ("learners", "default_policy", "credit/trust_signal_z"),
     "trust_scale": ("learners", "default_policy", "credit/trust_scale"),
+    "history_kl": ("learners", "default_policy", "credit/history_kl"),
     "decision_trust": ("learners", "default_policy", "credit/decision_trust"),
     "hca_ratio_mean": ("learners", "default_policy", "hca/ratio_mean"),
     "hca_ratio_median": ("learners", "default_policy", "hca/ratio_median"),

@@ -550,7 +550,9 @@ _LEARNER_METRICS = {
         "num_module_steps_trained_throughput", "num_non_trainable_parameters", "num_skipped_updates",
         "num_trainable_parameters"),
     "default_policy": (
-        "advantage_mean", "c2a2c/mask_fraction", "credit/decision_trust", "credit/trust", "credit/trust_scale",
+        "advantage_mean", "c2a2c/mask_fraction", "credit/decision_trust", "credit/history_kl",
+        "credit/history_kl_lag1", "credit/history_kl_lag2plus", "credit/history_rows",
+        "credit/trust", "credit/trust_scale", "info/history_reward_pairs",
         "credit/trust_signal_z", "credit/trust_z", "default_optimizer_learning_rate",
         "diff_num_grad_updates_vs_sampler_policy", "entropy", "gradients_default_optimizer_global_norm",
         "gradients_hindsight_global_norm", "gradients_remainder_global_norm", "info/reward_pairs",

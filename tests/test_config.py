@@ -105,7 +105,7 @@ def test_at_most_20_training_fields():
     top-level training fields, the classifier's options, `sampler`, `learner_path` and
     `frame_stack`."""
     top_level = [k for k in HCA_TRAINING_DEFAULTS if k != "hindsight"]
-    assert FIELD_COUNT == len(top_level) + len(HINDSIGHT_DEFAULTS) + len(OTHER_FIELDS) == 17
+    assert FIELD_COUNT == len(top_level) + len(HINDSIGHT_DEFAULTS) + len(OTHER_FIELDS) == 18
     assert FIELD_COUNT <= 20
     config = HCAConfig()
     from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
@@ -119,7 +119,8 @@ def test_removed_fields_are_gone_from_the_config():
     config = HCAConfig()
     for field in REMOVED_FIELDS:
         assert not hasattr(config, field), field
-    assert set(HINDSIGHT_DEFAULTS) == {"parameterization", "return_encoding", "torso", "hiddens", "outcome", "window"}
+    assert set(HINDSIGHT_DEFAULTS) == {"parameterization", "return_encoding", "torso", "hiddens", "outcome", "window",
+                                       "across_fragments"}
 
 
 @pytest.mark.parametrize("field", sorted(REMOVED_FIELDS))

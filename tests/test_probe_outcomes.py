@@ -15,6 +15,7 @@ from hca_rllib.probe import ProbeError, ProbeSettings, probe, write_probe_report
 from hca_rllib.probe.outcomes import (OutcomeRows, build_outcome_classifier, outcome_features, pair_weights,
                                       reward_pairs, standardiser)
 from hca_rllib.probe.reading import reward_reading
+from hca_rllib.probe.rewards import lag_bands
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from credit_analysis import binary_shift_information, decision_information  # noqa: E402
@@ -132,6 +133,21 @@ def test_the_reward_outcome_finds_the_final_rewards_closed_form():
     assert result["reading"]["reward_detected"]
     # 1500 episodes of 6 decisions: 5 pairs from the start, 5 + 4 + ... + 1 from the chain.
     assert result["pairs"]["total"] == 1500 * (5 + 15)
+    # By lag band: k = 5 sits in 1-7, which holds the decision's information; k = 0 none.
+    bands = {tuple(row["lags"]): row for row in reward["per_lag_band"]}
+    assert list(bands) == [(0, 1), (1, 8)]
+    assert bands[(1, 8)]["information"] == pytest.approx(exact_pair / 6, abs=0.012)
+    assert bands[(1, 8)]["ci"][0] > 0.02 and abs(bands[(0, 1)]["information"]) < 0.002
+    assert sum(row["information"] for row in bands.values()) == pytest.approx(reward["per_decision"]["information"])
+    assert sum(row["pairs"] for row in bands.values()) == result["pairs"]["held_out"]
+
+
+def test_lag_bands_tile_the_window():
+    assert lag_bands(1) == [(0, 1)]
+    assert lag_bands(8) == [(0, 1), (1, 8)]
+    assert lag_bands(32) == [(0, 1), (1, 8), (8, 32)]
+    assert lag_bands(128) == [(0, 1), (1, 8), (8, 32), (32, 64), (64, 128)]
+    assert lag_bands(100) == [(0, 1), (1, 8), (8, 32), (32, 64), (64, 100)]
 
 
 def test_an_action_that_does_not_move_the_reward_reads_zero():

@@ -117,14 +117,16 @@ def test_bad_window_is_one_line(window):
 
 
 def test_a_window_longer_than_the_fragment_is_one_line():
-    """Pairs never cross a fragment: a window past it would silently credit nothing."""
+    """Pairs do not cross a fragment unless the window is carried across: a window past it
+    would silently credit nothing."""
     config = (HCAConfig().environment("CartPole-v1")
               .env_runners(num_envs_per_env_runner=2, rollout_fragment_length=16)
               .training(hindsight={"outcome": "reward", "window": 17}))
     with pytest.raises(ValueError, match=r"^hindsight.window=17 is longer than the rollout fragment "
-                                         r"\(16 steps\): [^\n]*rollout_fragment_length$"):
+                                         r"\(16 steps\): [^\n]*hindsight.across_fragments=True$"):
         config.validate()
     config.training(hindsight={"window": 16}).validate()  # the whole fragment is fine
+    config.training(hindsight={"window": 17, "across_fragments": True}).validate()
     # "auto": the fragment RLlib derives from the batch (64 / 2 envs = 32 steps)
     auto = (HCAConfig().environment("CartPole-v1")
             .env_runners(num_envs_per_env_runner=2, rollout_fragment_length="auto")

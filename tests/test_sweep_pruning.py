@@ -328,7 +328,7 @@ def test_every_reported_metric_is_known():
         start_local_ray(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:
         seen = set()
-        reward_outcome = {"hindsight": {"outcome": "reward", "window": 8}, "trust": "bias"}
+        reward_outcome = {"hindsight": {"outcome": "reward", "window": 8, "across_fragments": True}, "trust": "bias"}
         for credit, extra in [(credit, {}) for credit in CREDIT_MODES] + [("expected_hca", reward_outcome)]:
             config = (HCAConfig().environment("CartPole-v1")
                       .env_runners(num_env_runners=0, num_envs_per_env_runner=2)

@@ -182,8 +182,11 @@ def reward_markdown(r: Dict[str, Any]) -> str:
                   "", f"Fits: reward outcome {reward['fit']['epochs']} epochs, {reward['fit']['updates']} updates, "
                   f"{fmt(reward['fit']['information_on_fit_rows'])} nats per pair on its fit pairs; return "
                   f"{r['return']['fit']['epochs']} epochs, {fmt(r['return']['fit']['information_on_fit_rows'])} "
-                  "on its fit decisions.", "", "Per k (mean per pair [95% CI]):", "",
-                  "| k | pairs | information |", "|---:|---:|---|"]
+                  "on its fit decisions.", "", "Per decision by lag band (the sum over a decision's pairs with "
+                  "k in the band [95% CI]):", "", "| lags | pairs | information per decision |", "|---|---:|---|"]
+        lines += [f"| {lo}-{hi - 1} | {row['pairs']:,} | {ci_text(row['information'], row['ci'])} |"
+                  for row in reward.get("per_lag_band", []) for lo, hi in [row["lags"]]]
+        lines += ["", "Per k (mean per pair [95% CI]):", "", "| k | pairs | information |", "|---:|---:|---|"]
         lines += [f"| {row['k']} | {row['pairs']:,} | {ci_text(row['information'], row['ci'])} |"
                   for row in reward["per_k"]]
     return "\n".join(lines + [""])

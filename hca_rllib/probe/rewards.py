@@ -7,6 +7,9 @@ u_{t+k}, k) - log pi(a_t | s_t)`, and from it:
   the terms a per-reward credit estimator would take from `h`; `k = 0` is the immediate
   reward, which it samples);
 - per `k`;
+- per decision by lag band (`lag_bands`: k = 0, 1-7, 8-31, 32-63, ...): how the
+  information a decision holds spreads over the window, so that a reading at a long
+  window says what the lags past a shorter one add;
 - reward-weighted over the window: `sum w i / sum w` with `w = gamma^k |r_{t+k}|`, each
   pair's weight in the estimator's sum;
 - per decision: the sum over a decision's pairs divided by the number of held-out
@@ -46,6 +49,16 @@ def estimate(values: np.ndarray, clusters: np.ndarray, weights=None, reps: int =
     point, (ci, bonferroni) = stats.cluster_bootstrap_ratio_ci(np.asarray(values) * weights, weights, clusters,
                                                                levels=(LEVEL, BONFERRONI_LEVEL), reps=reps)
     return {"information": point, "ci": list(ci), "ci_bonferroni": list(bonferroni), "n": int(len(values))}
+
+
+def lag_bands(window: int) -> list:
+    """`[(lo, hi), ...]`: the lags `lo <= k < hi` of each band, `k = 0` alone, then `1-7`,
+    `8-31` and bands doubling from 32, the last ending at `window`."""
+    edges = [0, 1, 8, 32]
+    while edges[-1] < window:
+        edges.append(2 * edges[-1])
+    edges = [e for e in edges if e < window] + [window]
+    return list(zip(edges[:-1], edges[1:]))
 
 
 def _fit_and_read(target: ProbeTarget, settings: ProbeSettings, rows: OutcomeRows, fit_rows, val_rows, held_rows,
@@ -113,6 +126,12 @@ def reward_estimates(settings: ProbeSettings, data, split, measured, pointwise
     out["per_decision"] = estimate(per_decision, data["episode_ids"][rows])
     delayed_per_decision = np.bincount(position[delayed], weights=pointwise[delayed], minlength=len(rows))
     out["per_decision_delayed"] = estimate(delayed_per_decision, data["episode_ids"][rows])
+    out["per_lag_band"] = []
+    for lo, hi in lag_bands(settings.window):
+        members = (k >= lo) & (k < hi)
+        band = np.bincount(position[members], weights=pointwise[members], minlength=len(rows))
+        out["per_lag_band"].append({"lags": [lo, hi], "pairs": int(members.sum()),
+                                    **estimate(band, data["episode_ids"][rows], reps=PER_K_REPS)})
     out["per_k"] = []
     for lag in range(settings.window):
         members = k == lag
