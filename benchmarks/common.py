@@ -168,7 +168,8 @@ LEARNING_RATE_SCALES: Dict[str, float] = {"lr15": 1.5, "lr2x": 2.0, "lr3x": 3.0,
 _LR_CONTROL_STEMS = {"a2c": "a2c", "expected_hca_blend": "expected_hca_blend_nomem",
                      "expected_hca_pure": "expected_hca_pure_nomem", "reward_w32_pure": "reward_w32_pure",
                      "reward_w32_blend": "reward_w32", "reward_w32_bias": "reward_w32_bias",
-                     "expected_hca_bias": "expected_hca_bias"}
+                     "expected_hca_bias": "expected_hca_bias", "reward_w64_across_bias": "reward_w64_across_bias",
+                     "reward_w64_across_pure": "reward_w64_across_pure"}
 CREDIT_METHODS.update({
     f"{stem}_{tag}": {**CREDIT_METHODS[method], "lr": factor * BASE_LR}
     for stem, method in _LR_CONTROL_STEMS.items() for tag, factor in LEARNING_RATE_SCALES.items()

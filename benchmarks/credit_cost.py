@@ -36,6 +36,9 @@ Variants:
   * `*_e1`, `*_e0`: either of those with 1 extra classifier pass and with none (one
     classifier step per batch, inside the update): what `hindsight_epochs` costs.
   * `c2a2c_blend_nomem` (only with `--variants`): the default with `credit="c2a2c"`.
+  * `reward_w32_bias`, `reward_w32_across_bias`, `reward_w64_across_bias` (only with
+    `--variants`): the reward outcome with `trust="bias"`, its window within the fragment
+    and carried across fragments (`hindsight.across_fragments`, windows of 32 and 64).
 
 The target: the default at >= 0.9x A2C's env steps per CPU-second (the median over
 repeats). Each run writes its environment's section of `summary.json` in `--out` (the
@@ -76,6 +79,11 @@ VARIANTS = {
     "reward_w32_e1": ("HCA", {**_REWARD, "hindsight_epochs": 1}),
     "reward_w32_e0": ("HCA", {**_REWARD, "hindsight_epochs": 0}),
     "c2a2c_blend_nomem": ("HCA", {**DEFAULT_CREDIT, "credit": "c2a2c"}),
+    # The reward outcome with the bias trust, within fragments and with its window carried
+    # across them (window 32 and 64).
+    "reward_w32_bias": ("HCA", dict(CREDIT_METHODS["reward_w32_bias"])),
+    "reward_w32_across_bias": ("HCA", dict(CREDIT_METHODS["reward_w32_across_bias"])),
+    "reward_w64_across_bias": ("HCA", dict(CREDIT_METHODS["reward_w64_across_bias"])),
 }
 DEFAULT_VARIANTS = ("a2c", "expected_hca_blend_nomem", "expected_hca_blend_e1", "expected_hca_blend_e0",
                     "reward_w32", "reward_w32_e1", "reward_w32_e0")

@@ -36,7 +36,7 @@ from __future__ import annotations
 import copy
 import sys
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, List, Optional
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
@@ -45,6 +45,7 @@ for _path in (str(REPO), str(BENCH_DIR)):
         sys.path.insert(0, _path)
 
 from common import (  # noqa: E402
+    LEARNING_RATE_SCALES,
     bootstrap_ci,
     check_grid_args,
     command_line,
@@ -155,10 +156,40 @@ def aggregate(out: Path) -> Dict[str, Any]:
                 "vs_a2c": (None if method == BASELINE or BASELINE not in p_by
                            else paired_difference(p, p_by[BASELINE])),
             }
+            same_rate = same_rate_baseline(method)
+            if same_rate in p_by and same_rate != method:
+                entry["methods"][method]["vs_a2c_same_rate"] = {"baseline": same_rate,
+                                                               **paired_difference(p, p_by[same_rate])}
         summary["cells"][cell] = entry
     write_json(out / "summary.json", summary)
     (out / "summary.md").write_text(summary_markdown(summary))
     return summary
+
+
+def same_rate_baseline(method: str) -> Optional[str]:
+    """A2C at the learning rate of `method` (`<stem>_<tag>`, `common.LEARNING_RATE_SCALES`),
+    or None for a method at the base rate."""
+    for tag in LEARNING_RATE_SCALES:
+        if method.endswith(f"_{tag}"):
+            return f"{BASELINE}_{tag}"
+    return None
+
+
+def _same_rate_lines(summary: Dict[str, Any]) -> List[str]:
+    """Each method at a raised learning rate against A2C at that rate (paired, 95% CI)."""
+    rows = [(e, m, s["vs_a2c_same_rate"]) for e in summary["cells"].values()
+            for m, s in e["methods"].items() if "vs_a2c_same_rate" in s]
+    if not rows:
+        return []
+    lines = ["", "At a raised learning rate, against A2C at the same rate (paired per seed, 95% CI; **bold** "
+             "when it excludes 0):", "", "| setting | horizon | method | A2C at its rate | difference |",
+             "|---|---|---|---|---|"]
+    for e, m, d in rows:
+        a2c = e["methods"][d["baseline"]]["p_good_mean"]
+        diff = f"{d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]"
+        lines.append(f"| {e['setting']} | {e['horizon']} | {m} | {d['baseline']} {fmt(a2c)} | "
+                     + (f"**{diff}**" if d["excludes_zero"] else diff) + " |")
+    return lines
 
 
 def summary_markdown(summary: Dict[str, Any]) -> str:
@@ -191,6 +222,7 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
                 text += "<br>" + (f"**{diff}**" if d["excludes_zero"] else diff)
             cells.append(text)
         lines.append(f"| {e['setting']} | {e['horizon']} | {e['visible_fraction']:.2f} | " + " | ".join(cells) + " |")
+    lines += _same_rate_lines(summary)
     return "\n".join(lines) + "\n"
 
 

@@ -398,3 +398,36 @@ def test_both_samplers_carry_the_window(ray_local, sampler):
         assert float(result["learners"][MID]["credit/history_rows"]) > 0
     finally:
         algo.stop()
+
+
+def test_carried_rows_stack_their_frames_as_the_new_rows_do():
+    """With frame stacking the carried rows' observations are the stacks of their own steps
+    (zeros before the episode's first frame), as in the fragment that sampled them."""
+    rng = np.random.default_rng(0)
+    frames = [rng.integers(0, 256, (5, 5, 1)).astype(np.uint8) for _ in range(10)]
+    space = gym.spaces.Box(0, 255, (5, 5, 1), np.uint8)
+
+    def chunk(start, end, lookback):
+        return SingleAgentEpisode(
+            observations=frames[start - lookback:end + 1], actions=list(range(start - lookback, end)),
+            rewards=[1.0] * (end - start + lookback),
+            extra_model_outputs={Columns.ACTION_DIST_INPUTS: [np.zeros(NUM_ACTIONS, np.float32)] * (end - start + lookback)},
+            len_lookback_buffer=lookback, t_started=start, observation_space=space,
+            action_space=gym.spaces.Discrete(10))
+
+    def stack(t):  # the 3 frames up to step t, zeros before the first
+        return np.concatenate([frames[j] if j >= 0 else np.zeros_like(frames[0]) for j in (t - 2, t - 1, t)], axis=-1)
+
+    to_batch = LeanEpisodesToBatch(num_frames=3, history=3)
+    module = {DEFAULT_MODULE_ID: _Values(lambda o: torch.zeros(len(o)))}
+    # Steps 5..8, carrying 3 (2..4) with the 2 frames the stack reaches back to (0, 1).
+    b = to_batch(rl_module=module, batch={}, episodes=[chunk(5, 9, 5)])[DEFAULT_MODULE_ID]
+    assert b[Columns.ACTIONS].tolist() == [2, 3, 4, 5, 6, 7, 8]
+    assert b[HISTORY_OFFSETS].tolist() == [3, 2, 1, 0, 0, 0, 0]
+    for row, t in enumerate(range(2, 9)):
+        assert np.array_equal(b[Columns.OBS][row].numpy(), stack(t)), t
+    # Early in the episode: 1 step to carry, its stack padded with zeros.
+    b = to_batch(rl_module=module, batch={}, episodes=[chunk(1, 3, 1)])[DEFAULT_MODULE_ID]
+    assert b[HISTORY_OFFSETS].tolist() == [1, 0, 0]
+    for row, t in enumerate(range(0, 3)):
+        assert np.array_equal(b[Columns.OBS][row].numpy(), stack(t)), t
