@@ -51,6 +51,8 @@ HISTORY_ROWS = "hca_history_rows"
 HISTORY_OFFSETS = "hca_history_offsets"
 BEHAVIOUR_LOGITS = Columns.ACTION_DIST_INPUTS
 
+# The credit heads' generator: the global seed plus this (`HCATorchRLModule.setup`).
+CREDIT_HEADS_SEED_OFFSET = 7919
 # Nature DQN torso (Mnih et al. 2015), valid padding: 84x84 -> 20 -> 9 -> 7, 3136 wide.
 NATURE_CNN_FILTERS = [[32, 8, 4, "valid"], [64, 4, 2, "valid"], [64, 3, 1, "valid"]]
 NATURE_CNN_DENSE = 512
@@ -386,6 +388,16 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
         self.hindsight = self.hindsight_torso = self.return_encoder = self.remainder_vf = None
         if not config.get("uses_hindsight", True):
             return
+        # The credit heads draw their initial weights from a generator of their own, so the
+        # global one (which samples the actions when the EnvRunner shares the process) goes
+        # on as under A2C: at trust 0 a run is A2C's run, not another seed of it.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed((torch.initial_seed() + CREDIT_HEADS_SEED_OFFSET) % 2**63)
+            self._build_credit_heads(config, vf_width, num_actions)
+
+    def _build_credit_heads(self, config: Dict[str, Any], vf_width: int, num_actions: int) -> None:
+        """The classifier (its own torso under `torso="separate"`), the outcome encoder, the
+        credit state buffers and, for the reward outcome, the remainder's value head."""
         h = self.hindsight_spec
         self.hindsight_torso = Torso(self.observation_space, config) if h.torso == "separate" else None
         self.return_encoder = ReturnEncoder(h.return_encoding)

@@ -305,3 +305,35 @@ def test_the_bias_trust_starts_at_zero_and_accumulates_its_statistics(path):
     second = module.trust_evidence.clone()
     assert float(second[0, 1]) > credit.EVIDENCE_DECAY ** 2 * float(first[0, 1])
     assert float(second[0, 3]) > 0  # the classifier has trained: its credit has a spread
+
+
+@pytest.mark.parametrize("credit_mode", ["a2c", "expected_hca"])
+def test_at_trust_zero_a_run_is_a2cs_run(ray_local, credit_mode):
+    """The credit heads take their initial weights from a generator of their own, so a run
+    whose trust stays 0 samples the same actions as A2C's run with the same seed and ends
+    with the same weights: A2C with the reward classifier trained beside it, and the
+    reward outcome with `trust="bias"` over its first two updates (the first batch's
+    evidence holds no hindsight credit: the classifier was untrained)."""
+    def run(config):
+        config = (config.environment("CartPole-v1")
+                  .env_runners(num_env_runners=0, num_envs_per_env_runner=2, rollout_fragment_length=16)
+                  .training(train_batch_size_per_learner=32).debugging(seed=11))
+        algo = config.build_algo()
+        try:
+            trusts = []
+            for _ in range(2):
+                result = algo.train()
+                trusts.append(result["learners"]["default_policy"].get("credit/trust", 0.0))
+            module = algo.learner_group._learner.module["default_policy"].unwrapped()
+            return {n: p.detach().clone() for n, p in module.named_parameters()}, trusts
+        finally:
+            algo.stop()
+
+    hindsight = {"outcome": "reward", "window": 8}
+    other = (A2CConfig().training(hindsight_loss_coeff=1.0, hindsight=hindsight) if credit_mode == "a2c"
+             else HCAConfig().training(trust="bias", hindsight=hindsight))
+    a2c_params, _ = run(A2CConfig())
+    params, trusts = run(other)
+    assert trusts == [0.0, 0.0]
+    for name, value in a2c_params.items():
+        assert torch.equal(params[name], value), name
