@@ -441,7 +441,12 @@ def test_learning_quick(tmp_path):
     del cell["final_return"]
     assert "terminal-reward" in learning._stored_mismatch(("umbrella_length_10", 1, "a2c"), cell)
     summary = json.loads((tmp_path / "summary.json").read_text())
-    for domain in ("bsuite", "MinAtar"):
+    # MinAtar's reference is the best run of the default methods, which after 3k steps
+    # may not beat the uniform policy: then the game cannot be normalised and is left out.
+    minatar_usable = summary["normalisation"]["minatar_Breakout"]["usable"]
+    if not minatar_usable:
+        assert summary["domains"]["MinAtar"] == {"tasks": [], "methods": {}}
+    for domain in ("bsuite", "MinAtar") if minatar_usable else ("bsuite",):
         agg = summary["domains"][domain]
         assert agg["seeds"] == [0, 1] and len(agg["tasks"]) == 1
         hca = agg["methods"]["expected_hca_blend_nomem"]
