@@ -176,6 +176,16 @@ CREDIT_METHODS.update({
     if stem == "a2c" or tag != "lr15"})
 
 
+def apply_method(config, overrides: Dict[str, Any]):
+    """`config` with a method's overrides (`CREDIT_METHODS`): `.training(...)`, and under
+    `"env_runners"` its `.env_runners(...)` settings."""
+    training = dict(overrides)
+    env_runners = training.pop("env_runners", None)
+    if env_runners:
+        config.env_runners(**env_runners)
+    return config.training(**training) if training else config
+
+
 def write_json(path: Path, data: Any, *, indent: Optional[int] = None, allow_nan: bool = False) -> None:
     """Write JSON atomically (temp file + rename), so a killed run leaves no half file:
     compact, or indented by `indent` (`json.dumps`'s layout). `allow_nan`: write NaN and

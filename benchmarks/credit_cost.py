@@ -66,7 +66,7 @@ for _path in (str(REPO), str(BENCH_DIR)):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
-from common import CREDIT_METHODS, DEFAULT_CREDIT, code_version, command_line, write_json  # noqa: E402
+from common import CREDIT_METHODS, DEFAULT_CREDIT, apply_method, code_version, command_line, write_json  # noqa: E402
 
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "credit_cost_outcome"
 _REWARD = CREDIT_METHODS["reward_w32"]
@@ -98,11 +98,7 @@ def build_config(env: str, algo: str, overrides):
     from tuned_examples.common import atari_config, minatar_config
 
     config = minatar_config("Breakout", algo=algo) if env == "minatar" else atari_config("Pong", algo=algo)
-    training = dict(overrides or {})
-    env_runners = training.pop("env_runners", None)  # a variant's sampling (common.LONG_FRAGMENTS)
-    if env_runners:
-        config.env_runners(**env_runners)
-    return config.training(**training) if training else config
+    return apply_method(config, overrides or {})
 
 
 def _learner_value(result, key):

@@ -81,6 +81,7 @@ from common import (  # noqa: E402  (benchmarks/common.py, found via BENCH_DIR)
     CREDIT_METHODS,
     DIAGNOSTICS_LAST,
     EpisodeLog,
+    apply_method,
     cell_path,
     check_grid_args,
     code_version,
@@ -118,8 +119,7 @@ DIAGNOSTICS_WINDOW = DIAGNOSTICS_LAST  # summary: mean of the last 10 iterations
 SMOOTH_ITERATIONS = 5  # plots only: trailing mean over this many iterations per seed
 BASELINE = "a2c"
 
-# Method name -> `.training(...)` overrides; under `ENV_RUNNERS_KEY`, `.env_runners(...)` ones.
-ENV_RUNNERS_KEY = "env_runners"
+# Method name -> `.training(...)` overrides (and `.env_runners(...)` ones: `common.apply_method`).
 METHODS: Dict[str, Dict[str, Any]] = dict(CREDIT_METHODS)
 
 def _delayed_effect_task(length: int, noise_std: float, noise_note: str) -> Dict[str, Any]:
@@ -279,15 +279,7 @@ def run_spec(task: str, spec: Dict[str, Any], method: str, overrides: Dict[str, 
     last_k = spec["last_k"]
     load_start = machine_note().get("loadavg_1_5_15")
     t_start = time.perf_counter()
-    config = (base_config or default_base_config)(spec)
-    training = dict(overrides)
-    env_runners = training.pop(ENV_RUNNERS_KEY, None)  # a method's sampling, beside its training
-    if env_runners:
-        config.env_runners(**env_runners)
-    config = (
-        config.training(**training)
-        .debugging(seed=seed)
-    )
+    config = apply_method((base_config or default_base_config)(spec), overrides).debugging(seed=seed)
     algo = config.build_algo()
     episode_log = EpisodeLog(algo.env_runner)
     env_check = _env_check(algo, spec["env_id"], spec["env_config"])

@@ -83,8 +83,9 @@ DELAYED_PAIRS_PER_EPISODE = DELAYED_LENGTH + DELAYED_LENGTH * (DELAYED_LENGTH + 
 # `window128`: a window of 128 steps (twice MinAtar's 64-step fragments, 25 Atari fragments of
 # 5 steps), what a credit window kept across fragments would see; its lag bands say what the
 # lags past 32 add.
-VARIANTS = {"default": {}, "gentle": {"fit": {"lr": 3e-4, "patience": 8}}, "long": {"steps": 3},
-            "window128": {"window": 128}, "window128_gentle": {"window": 128, "fit": {"lr": 3e-4, "patience": 8}}}
+GENTLE_FIT = {"lr": 3e-4, "patience": 8}
+VARIANTS = {"default": {}, "gentle": {"fit": GENTLE_FIT}, "long": {"steps": 3},
+            "window128": {"window": 128}, "window128_gentle": {"window": 128, "fit": GENTLE_FIT}}
 # --quick: one task, the uniform policy, a tiny budget; one floor cell.
 QUICK = {"task": "minatar_breakout", "max_steps": 3_000, "fit": {"max_updates": 40},
          "floor": ("bandit", 0.05, 1_000, 0)}

@@ -44,8 +44,8 @@ from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 from ray.rllib.utils.typing import EpisodeType
 
 from hca_rllib import compat, credit
-from hca_rllib.module import (BEHAVIOUR_LOGITS, CREDIT_WEIGHTS, HISTORY_OFFSETS, HISTORY_ROWS, REMAINDER_TARGETS,
-                              REMAINDER_VALUES, RETURNS, WINDOW_REWARDS, classifier_base_logits, hindsight_spec)
+from hca_rllib.module import (BEHAVIOUR_LOGITS, CREDIT_WEIGHTS, HISTORY_OFFSETS, REMAINDER_TARGETS, REMAINDER_VALUES,
+                              RETURNS, WINDOW_REWARDS, classifier_base_logits, hindsight_spec, history_rows)
 
 # Key of the per-module `CreditState`s in the pipeline's `shared_data`.
 CREDIT_STATE = "hca_credit_state"
@@ -269,8 +269,8 @@ class ComputeReturnsAndAdvantages(_CreditPiece):
             chunks=chunks if steps.rows is not None or all_real else chunks[mask],
             all_real=all_real,
         )
-        if HISTORY_ROWS in b:
-            state.history, state.history_offsets = b[HISTORY_ROWS].bool(), b[HISTORY_OFFSETS]
+        if HISTORY_OFFSETS in b:
+            state.history, state.history_offsets = history_rows(b), b[HISTORY_OFFSETS]
             state.behaviour_logits, state.next_values = b[BEHAVIOUR_LOGITS], steps.next_values
         if self.window is not None:
             self._reward_outcome(b, state, steps, chunks, remainder_values)
@@ -459,9 +459,9 @@ class ComputeCreditWeights(_CreditPiece):
             return out
         kl = credit.behaviour_kl(s.behaviour_logits[history], s.log_pi_all[history])
         out["credit/history_kl"] = kl.mean()
-        if WEIGHTS_SEQ_NO in b:
+        if WEIGHTS_SEQ_NO in b:  # every chunk has a new row: the newest weights are a new row's
             seq = b[WEIGHTS_SEQ_NO]
-            lag = (seq[s.mask].max() - seq[history]) if bool(s.mask.any()) else torch.zeros_like(seq[history])
+            lag = seq[s.mask].max() - seq[history]
             for name, rows in (("lag1", lag <= 1), ("lag2plus", lag >= 2)):
                 if bool(rows.any()):
                     out[f"credit/history_kl_{name}"] = kl[rows].mean()
@@ -621,8 +621,8 @@ class LeanEpisodesToBatch(ConnectorV2):
 
     `history` > 0 (the reward outcome across fragments): in front of each chunk, up to
     `history` steps of its lookback buffer (its episode's earlier fragments) as rows of
-    the same chunk, `LOSS_MASK` False, flagged in `HISTORY_ROWS` with their steps to the
-    chunk's first new row in `HISTORY_OFFSETS`, and every row's sampling logits in
+    the same chunk, `LOSS_MASK` False, with their steps to the chunk's first new row in
+    `HISTORY_OFFSETS` (0 on new rows), and every row's sampling logits in
     `BEHAVIOUR_LOGITS`.
     """
 
@@ -689,16 +689,16 @@ class LeanEpisodesToBatch(ConnectorV2):
                 [steps(e, c, e.get_rewards).astype(np.float32) for e, c in zip(episodes, carried)])),
             Columns.TERMINATEDS: tensor(terminateds),
             Columns.TRUNCATEDS: tensor(truncateds),
-            Columns.LOSS_MASK: torch.ones(n, dtype=torch.bool, device=self.device),
         }
         if all(WEIGHTS_SEQ_NO in e.extra_model_outputs for e in episodes):
             module_batch[WEIGHTS_SEQ_NO] = tensor(np.concatenate(
                 [steps(e, c, e.get_extra_model_outputs, WEIGHTS_SEQ_NO) for e, c in zip(episodes, carried)]))
-        if self.history:
+        if not self.history:
+            module_batch[Columns.LOSS_MASK] = torch.ones(n, dtype=torch.bool, device=self.device)
+        else:
             offsets = np.concatenate([np.concatenate([np.arange(c, 0, -1), np.zeros(len(e), np.int64)])
                                       for e, c in zip(episodes, carried)]).astype(np.int64)
             module_batch[HISTORY_OFFSETS] = tensor(offsets)
-            module_batch[HISTORY_ROWS] = tensor(offsets > 0)
             module_batch[Columns.LOSS_MASK] = tensor(offsets == 0)
             module_batch[BEHAVIOUR_LOGITS] = tensor(np.concatenate(
                 [steps(e, c, e.get_extra_model_outputs, Columns.ACTION_DIST_INPUTS)

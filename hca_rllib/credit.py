@@ -82,13 +82,18 @@ def next_values(values: torch.Tensor, bootstrap_values: torch.Tensor, terminated
     return torch.where(ends, bootstrap_values.to(values.dtype), shifted)
 
 
+def _last_rows(lengths: torch.Tensor) -> torch.Tensor:
+    """The row of each chunk's last step, from the chunks' lengths (`bincount` of `chunk_ids`)."""
+    return torch.cumsum(lengths, 0) - 1
+
+
 def _chunk_grid(chunks: torch.Tensor):
     """Where each row sits in a `[max_len, num_chunks]` grid of the chunks aligned at their
     last steps (the last position holds every chunk's last step; shorter chunks are
     padded in front), from `chunks` (the chunk of every row: `chunk_ids`): the flat grid
     index of every row, the grid's shape and the row of each chunk's last step."""
     lengths = torch.bincount(chunks)
-    last_rows = torch.cumsum(lengths, 0) - 1
+    last_rows = _last_rows(lengths)
     max_len, num_chunks = int(lengths.max()), len(lengths)
     steps_to_end = last_rows[chunks] - torch.arange(len(chunks), device=chunks.device)
     return (max_len - 1 - steps_to_end) * num_chunks + chunks, (max_len, num_chunks), last_rows
@@ -630,8 +635,7 @@ def history_shift(values: torch.Tensor, next_values: torch.Tensor, chunks: torch
     n = len(values)
     d = offsets.long()
     idx = torch.arange(n, device=values.device)
-    last = torch.zeros(int(chunks.max()) + 1 if n else 0, dtype=torch.long, device=values.device)
-    last = last.scatter_reduce(0, chunks.long(), idx, reduce="amax", include_self=False)[chunks.long()]
+    last = _last_rows(torch.bincount(chunks.long()))[chunks.long()]
     m = torch.minimum(last, idx + window)
     carried = d > 0
     start = torch.where(carried, idx + d, idx).clamp(max=max(n - 1, 0))

@@ -33,9 +33,9 @@ from hca_rllib.callbacks import STATS_CLS_LOOKUP, GameScoreCallback
 from hca_rllib.connectors import LeanEpisodesToBatch, flatten_observations_if_needed
 from hca_rllib.credit import HINDSIGHT_CREDIT_MODES
 from hca_rllib.envs.resolver import EnvResolutionError, env_family, resolve_env
-from hca_rllib.module import HINDSIGHT_DEFAULTS
 from hca_rllib.fields import (HCA_TRAINING_DEFAULTS, config_errors, drop_removed_fields, merged_hindsight,
                               refuse_removed, upgrade_state)
+from hca_rllib.module import hindsight_spec
 from hca_rllib.paths import default_paths, install_paths, resolved_learner_path, resolved_sampler
 
 
@@ -294,10 +294,8 @@ class HCAConfig(AlgorithmConfig):
     def history_window(self) -> int:
         """Steps of the episode's earlier fragments each chunk carries for the credit: the
         reward outcome's window under `hindsight.across_fragments`, else 0."""
-        hindsight = self.hindsight if isinstance(self.hindsight, dict) else {}
-        if not (self.uses_hindsight and hindsight.get("across_fragments") is True):
-            return 0
-        return int(hindsight.get("window", HINDSIGHT_DEFAULTS["window"]))
+        spec = hindsight_spec(self.hindsight)
+        return spec.window if self.uses_hindsight and spec.across_fragments else 0
 
 
 class A2CConfig(HCAConfig):

@@ -45,8 +45,8 @@ from ray.rllib.utils.typing import ModuleID, ParamDict, TensorType
 
 from hca_rllib import credit
 from hca_rllib.connectors import CreditState, credit_pieces, is_distributed, num_learner_ranks
-from hca_rllib.module import (CREDIT_WEIGHTS, HINDSIGHT_LOGITS, HISTORY_ROWS, REMAINDER_TARGETS, REMAINDER_VALUES,
-                              classifier_base_logits)
+from hca_rllib.module import (CREDIT_WEIGHTS, HINDSIGHT_LOGITS, REMAINDER_TARGETS, REMAINDER_VALUES,
+                              classifier_base_logits, history_rows)
 
 logger = logging.getLogger(__name__)
 
@@ -219,7 +219,7 @@ class HCATorchLearner(TorchLearner):
         log_probs = torch.log_softmax(fwd_out[Columns.ACTION_DIST_INPUTS], dim=-1)
         entropy = _masked_mean(-(log_probs.exp() * log_probs).sum(-1), mask)
 
-        history = batch.get(HISTORY_ROWS)
+        history = history_rows(batch)
         policy_loss = credit.policy_gradient_loss(batch[CREDIT_WEIGHTS], log_probs, mask, history)
         values = fwd_out[Columns.VF_PREDS]
         targets = batch[Postprocessing.VALUE_TARGETS]
@@ -298,7 +298,7 @@ class HCATorchLearner(TorchLearner):
         applied and ends the passes. Returns the last applied pass's loss (None: none)."""
         distributed = is_distributed()
         module = self.module[module_id].unwrapped()
-        mask = classifier_rows(batch[Columns.LOSS_MASK].bool(), batch.get(HISTORY_ROWS))
+        mask = classifier_rows(batch[Columns.LOSS_MASK].bool(), history_rows(batch))
         logits = classifier_base_logits(batch, logits)
         actions = batch[Columns.ACTIONS].long().unsqueeze(-1)
         optimizer = self.get_optimizer(module_id, HINDSIGHT_OPTIMIZER)

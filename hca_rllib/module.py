@@ -43,11 +43,10 @@ WINDOW_REWARDS = "hca_window_rewards"
 REMAINDER_TARGETS = "hca_remainder_targets"
 # Forward-output key of the remainder head's values, V_rem(s_t) = V(s_t) - E[S_t | s_t].
 REMAINDER_VALUES = "hca_remainder_values"
-# The reward outcome across fragments (`HindsightSpec.across_fragments`): the rows carried
-# in front of a chunk from its episode's earlier fragments (bool, [B]; their LOSS_MASK is
-# False), each one's steps to its chunk's first new row (`d_t >= 1`; 0 on new rows), and
+# The reward outcome across fragments (`HindsightSpec.across_fragments`): for the rows
+# carried in front of a chunk from its episode's earlier fragments (their LOSS_MASK is
+# False) the steps to its first new row (`d_t >= 1`; 0 on new rows: `history_rows`), and
 # the logits of the policy that sampled each row (RLlib's column, the sampler's).
-HISTORY_ROWS = "hca_history_rows"
 HISTORY_OFFSETS = "hca_history_offsets"
 BEHAVIOUR_LOGITS = Columns.ACTION_DIST_INPUTS
 
@@ -212,12 +211,19 @@ def hindsight_spec(options: Optional[Dict[str, Any]]) -> HindsightSpec:
                             "window": int(options.get("window", HindsightSpec.window))})
 
 
+def history_rows(batch: Dict[str, Any]) -> Optional[torch.Tensor]:
+    """The rows carried from earlier fragments (bool, [B]), or None for a batch without
+    any (`HISTORY_OFFSETS` absent)."""
+    offsets = batch.get(HISTORY_OFFSETS)
+    return None if offsets is None else offsets > 0
+
+
 def classifier_base_logits(batch: Dict[str, Any], logits: torch.Tensor) -> torch.Tensor:
     """The policy logits the classifier is relative to, per row: `logits` (the current
-    policy's), but on the rows carried from earlier fragments (`HISTORY_ROWS`) those of
+    policy's), but on the rows carried from earlier fragments (`history_rows`) those of
     the policy that sampled them (`BEHAVIOUR_LOGITS`): their `h_k` is the posterior under
     the behaviour policy."""
-    history = batch.get(HISTORY_ROWS)
+    history = history_rows(batch)
     if history is None:
         return logits
     return torch.where(history.unsqueeze(-1), batch[BEHAVIOUR_LOGITS].to(logits.dtype), logits)

@@ -26,7 +26,7 @@ from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from hca_rllib import A2CConfig, HCAConfig, credit
 from hca_rllib.connectors import (BOOTSTRAP_VALUES, ComputeCreditWeights, ComputeReturnsAndAdvantages,
                                   LeanEpisodesToBatch)
-from hca_rllib.module import BEHAVIOUR_LOGITS, CREDIT_WEIGHTS, HISTORY_OFFSETS, HISTORY_ROWS, WINDOW_REWARDS
+from hca_rllib.module import BEHAVIOUR_LOGITS, CREDIT_WEIGHTS, HISTORY_OFFSETS, WINDOW_REWARDS, history_rows
 
 from test_learner_path import MID, NUM_ACTIONS
 
@@ -242,7 +242,7 @@ def test_the_carried_rows_come_from_the_lookback_and_are_not_real():
                                        episodes=[first, second, third])[DEFAULT_MODULE_ID]
     # 4 new; 3 carried + 4 new; 3 carried + 1 new.
     assert b[HISTORY_OFFSETS].tolist() == [0, 0, 0, 0, 3, 2, 1, 0, 0, 0, 0, 3, 2, 1, 0]
-    assert torch.equal(b[HISTORY_ROWS], b[HISTORY_OFFSETS] > 0)
+    assert torch.equal(history_rows(b), b[HISTORY_OFFSETS] > 0)
     assert torch.equal(b[Columns.LOSS_MASK], b[HISTORY_OFFSETS] == 0)
     steps = [0, 1, 2, 3, 1, 2, 3, 4, 5, 6, 7, 5, 6, 7, 8]
     assert b[Columns.ACTIONS].tolist() == [int(ep["actions"][t]) for t in steps]
@@ -256,7 +256,7 @@ def test_the_carried_rows_come_from_the_lookback_and_are_not_real():
     # Without the window: the rows of old.
     plain = LeanEpisodesToBatch()(rl_module={DEFAULT_MODULE_ID: _Values(_value)}, batch={},
                                   episodes=[first, second, third])[DEFAULT_MODULE_ID]
-    assert HISTORY_ROWS not in plain and plain[Columns.ACTIONS].tolist() == [int(a) for a in ep["actions"]]
+    assert history_rows(plain) is None and plain[Columns.ACTIONS].tolist() == [int(a) for a in ep["actions"]]
 
 
 # --------------------------------------------------------------------------- the learner
@@ -333,7 +333,7 @@ def test_the_carried_rows_get_credit_and_train_the_classifier():
     for seed in range(2):
         results = learner.update(episodes=_chunks(seed))
     batch = seen["batch"]
-    history = batch[HISTORY_ROWS]
+    history = history_rows(batch)
     assert bool(history.any()) and bool((batch[CREDIT_WEIGHTS][history] != 0).any())
     assert float(results[MID]["info/history_reward_pairs"].peek()) > 0
     assert float(results[MID]["credit/history_kl"].peek()) >= 0.0
@@ -386,7 +386,7 @@ def test_both_samplers_carry_the_window(ray_local, sampler):
             old = before[chunk.id_]
             b = to_batch(rl_module={DEFAULT_MODULE_ID: _Values(lambda o: torch.zeros(len(o)))}, batch={},
                          episodes=[chunk])[DEFAULT_MODULE_ID]
-            carried = int(b[HISTORY_ROWS].sum())
+            carried = int(history_rows(b).sum())
             assert carried == min(6, old.t)  # the episode's steps so far, up to the window
             tail = slice(len(old) - carried, len(old))
             assert b[Columns.ACTIONS][:carried].tolist() == np.asarray(old.get_actions(tail, neg_index_as_lookback=True)).tolist()
