@@ -453,9 +453,7 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
         DistributedDataParallel sees every parameter in its forward pass.
         """
         obs = batch[Columns.OBS]
-        policy_latent = self.pi_torso(obs)
-        logits = self.pi(policy_latent)
-        values, remainder = self._values_and_remainder(obs, policy_latent)
+        policy_latent, logits, values, remainder = self._rows_forward(obs, history_rows(batch))
         out = {
             Columns.ACTION_DIST_INPUTS: logits,
             Columns.EMBEDDINGS: policy_latent,
@@ -467,6 +465,23 @@ class HCATorchRLModule(TorchRLModule, ValueFunctionAPI, InferenceOnlyAPI):
             out[HINDSIGHT_LOGITS] = self.hindsight_logits(obs, policy_latent, classifier_base_logits(batch, logits),
                                                           batch[self.outcome_column])
         return out
+
+    def _policy_and_values(self, obs: torch.Tensor):
+        """`(policy latent, logits, V(s), V_rem(s) or None)` of `obs`, in one pass."""
+        policy_latent = self.pi_torso(obs)
+        return (policy_latent, self.pi(policy_latent), *self._values_and_remainder(obs, policy_latent))
+
+    def _rows_forward(self, obs: torch.Tensor, history: Optional[torch.Tensor]):
+        """`_policy_and_values` of every row, the rows carried from earlier fragments
+        (`history`) in a pass of their own: the fragment's own rows then go through the
+        very pass A2C runs on its batch, so that where the carried rows weigh nothing (trust
+        0) the update is A2C's to the bit (a pass over more rows rounds differently)."""
+        if history is None or not bool(history.any()):
+            return self._policy_and_values(obs)
+        own, carried = (~history).nonzero().squeeze(-1), history.nonzero().squeeze(-1)
+        order = torch.argsort(torch.cat([own, carried]))  # back to the batch's row order
+        parts = zip(self._policy_and_values(obs[own]), self._policy_and_values(obs[carried]))
+        return tuple(None if a is None else torch.cat([a, b])[order] for a, b in parts)
 
     def _value_latent(self, obs: torch.Tensor, policy_latent: Optional[torch.Tensor]) -> torch.Tensor:
         if self.vf_torso is not None:

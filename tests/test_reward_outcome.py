@@ -307,13 +307,15 @@ def test_the_bias_trust_starts_at_zero_and_accumulates_its_statistics(path):
     assert float(second[0, 3]) > 0  # the classifier has trained: its credit has a spread
 
 
-@pytest.mark.parametrize("credit_mode", ["a2c", "expected_hca"])
+@pytest.mark.parametrize("credit_mode", ["a2c", "expected_hca", "across_fragments"])
 def test_at_trust_zero_a_run_is_a2cs_run(ray_local, credit_mode):
     """The credit heads take their initial weights from a generator of their own, so a run
     whose trust stays 0 samples the same actions as A2C's run with the same seed and ends
     with the same weights: A2C with the reward classifier trained beside it, and the
     reward outcome with `trust="bias"` over its first two updates (the first batch's
-    evidence holds no hindsight credit: the classifier was untrained)."""
+    evidence holds no hindsight credit: the classifier was untrained), also with its
+    window carried across fragments (the second update's batch carries earlier rows,
+    which pass through the module apart from the fragments' own)."""
     def run(config):
         config = (config.environment("CartPole-v1")
                   .env_runners(num_env_runners=0, num_envs_per_env_runner=2, rollout_fragment_length=16)
@@ -330,6 +332,8 @@ def test_at_trust_zero_a_run_is_a2cs_run(ray_local, credit_mode):
             algo.stop()
 
     hindsight = {"outcome": "reward", "window": 8}
+    if credit_mode == "across_fragments":
+        hindsight = {"outcome": "reward", "window": 24, "across_fragments": True}
     other = (A2CConfig().training(hindsight_loss_coeff=1.0, hindsight=hindsight) if credit_mode == "a2c"
              else HCAConfig().training(trust="bias", hindsight=hindsight))
     a2c_params, _ = run(A2CConfig())
