@@ -58,6 +58,12 @@ HCA_RATIO_CLIP = 10.0
 Z_FULL_TRUST = 2.0
 EVIDENCE_DECAY = 0.99
 MAX_CALIBRATION_SCALE = 4.0
+# The bias trust's signal (method note, section 2.4): none up to this z-score of the
+# hindsight credit's mean, full at SIGNAL_FULL_Z. The trust reads the accumulated
+# statistic at every update, so a credit without a mean meets the onset at many looks:
+# at z = 1 about 16% of them, at z = 2 about 2%.
+SIGNAL_ONSET_Z = 2.0
+SIGNAL_FULL_Z = 3.0
 
 
 def _as_numpy(x) -> np.ndarray:
@@ -353,16 +359,18 @@ def bias_trust(evidence: torch.Tensor) -> Dict[str, torch.Tensor]:
     0.16). A test that stops rejecting is not evidence of no bias: as the policy
     converges A2C's own gradient shrinks below the noise, and a classifier that learned
     nothing (`W` about 0, its credit dropped) would pass. So the hindsight credit must
-    also show a mean of its own: the signal `s` is 0 up to `z_H = Z_FULL_TRUST / 2`,
-    rising linearly to 1 at `Z_FULL_TRUST` (a classifier whose deviations from the
-    policy are noise, or absent, stays near 0). `trust = c s`: 0 without evidence.
+    also show a mean of its own: the signal `s` is 0 up to `z_H = SIGNAL_ONSET_Z` (2),
+    rising linearly to 1 at `SIGNAL_FULL_Z` (3). The trust reads the accumulated `z_H`
+    at every update, so its onset must lie where a credit without a mean seldom goes:
+    about 2% of the looks (`tests/test_bias_trust.py`). A classifier whose deviations
+    from the policy are noise, or absent, stays at 0. `trust = c s`: 0 without evidence.
     Returns `trust`, `z` (`z_D`) and `signal_z` (`z_H`), float32 scalars.
     """
     ev = evidence.to(torch.float64)
     z_d, z_h = _z(ev[0], ev[1]), _z(ev[2], ev[3])
     onset = 0.5 * Z_FULL_TRUST
     consistency = torch.clamp((Z_FULL_TRUST - z_d) / (Z_FULL_TRUST - onset), 0.0, 1.0)
-    signal = torch.clamp((z_h - onset) / (Z_FULL_TRUST - onset), 0.0, 1.0)
+    signal = torch.clamp((z_h - SIGNAL_ONSET_Z) / (SIGNAL_FULL_Z - SIGNAL_ONSET_Z), 0.0, 1.0)
     return {"trust": (consistency * signal).float(), "z": z_d.float(), "signal_z": z_h.float()}
 
 
