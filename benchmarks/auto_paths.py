@@ -8,7 +8,9 @@ Configurations, alternated round by round in one process (8 envs x 64 steps):
 * ``cartpole_rllib``: CartPole with ``sampler="rllib"``: the price of RLlib's runner alone.
 * ``cartpole_mean_std``: ``env_to_module_connector=MeanStdFilter()`` (auto -> RLlib's runner).
 * ``cartpole_step_callback``: ``callbacks(on_episode_step=...)`` (auto -> RLlib's runner).
-* ``cartpole_learner_piece``: a pass-through user learner connector piece (auto -> RLlib's
+* ``cartpole_learner_piece``: a pass-through user learner connector piece (auto -> lean:
+  the lean learner path runs the user's pieces before its own).
+* ``cartpole_learner_piece_rllib``: the same piece with ``learner_path="rllib"`` (RLlib's
   learner pieces, lean sampler).
 * ``frozenlake_lean``: FrozenLake 4x4 (Discrete(16) observations), the defaults (auto ->
   lean, one-hot in the lean loop).
@@ -46,20 +48,22 @@ def build(name: str):
     config = (A2CConfig().environment(env, env_config=kwargs)
               .env_runners(num_envs_per_env_runner=8, rollout_fragment_length=64)
               .training(train_batch_size_per_learner=512).debugging(seed=0))
-    if name.endswith("_rllib"):
+    if name.endswith("_rllib") and not name.startswith("cartpole_learner_piece"):
         config.env_runners(sampler="rllib")
     elif name == "cartpole_mean_std":
         config.env_runners(env_to_module_connector=lambda env=None, spaces=None, device=None: MeanStdFilter())
     elif name == "cartpole_step_callback":
         config.callbacks(on_episode_step=lambda **kw: None)
-    elif name == "cartpole_learner_piece":
+    elif name.startswith("cartpole_learner_piece"):
         config.learners(learner_connector=lambda obs_space, act_space: PassThrough())
+        if name.endswith("_rllib"):
+            config.learners(learner_path="rllib")
     config.validate()
     return config
 
 
 METHODS = ["cartpole_lean", "cartpole_rllib", "cartpole_mean_std", "cartpole_step_callback",
-           "cartpole_learner_piece", "frozenlake_lean", "frozenlake_rllib"]
+           "cartpole_learner_piece", "cartpole_learner_piece_rllib", "frozenlake_lean", "frozenlake_rllib"]
 
 
 def measure(name: str, seconds: float) -> Dict[str, Any]:

@@ -34,6 +34,7 @@ from typing import Any, Dict, List, NamedTuple, Optional
 
 import numpy as np
 import torch
+import tree
 
 from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.core import DEFAULT_MODULE_ID
@@ -41,6 +42,8 @@ from ray.rllib.core.columns import Columns
 from ray.rllib.evaluation.postprocessing import Postprocessing
 from ray.rllib.utils.annotations import override
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
+from ray.rllib.utils.spaces import space_utils
+from ray.rllib.utils.torch_utils import convert_to_torch_tensor
 from ray.rllib.utils.typing import EpisodeType
 
 from hca_rllib import compat, credit
@@ -65,14 +68,26 @@ def lean_learner_blocker(config) -> Optional[str]:
     """The first feature `config` uses that the lean learner path does not support, as
     one phrase naming it and why, or None. Several epochs, minibatches and learners are
     supported (the credit is then fixed before the first step)."""
-    if compat.user_connector(config, "learner") is not None:
-        return "learner_connector is set (the lean learner path runs no user learner connector pieces)"
     if config.is_multi_agent:
         return "the config is multi-agent (the lean learner path is single-agent)"
     if not config.add_default_connectors_to_learner_pipeline:
         return ("add_default_connectors_to_learner_pipeline is False (the lean learner path "
                 "replaces RLlib's default pieces)")
     return None
+
+
+def user_learner_pieces(config, input_observation_space, input_action_space) -> List[ConnectorV2]:
+    """The pieces of the user's `learners(learner_connector=...)` builder (a piece, a
+    pipeline or a list of them, as RLlib's `build_learner_connector` takes), or []."""
+    builder = compat.user_connector(config, "learner")
+    if builder is None:
+        return []
+    pieces = builder(input_observation_space, input_action_space)
+    if isinstance(pieces, ConnectorV2):
+        return [pieces]
+    if isinstance(pieces, (list, tuple)) and all(isinstance(p, ConnectorV2) for p in pieces):
+        return list(pieces)
+    raise ValueError(f"learner_connector must return a ConnectorV2 or a list of them, got {pieces!r}")
 
 
 def flatten_observations_if_needed(pipeline, multi_agent: bool = False) -> None:
@@ -624,6 +639,13 @@ class LeanEpisodesToBatch(ConnectorV2):
     the same chunk, `LOSS_MASK` False, with their steps to the chunk's first new row in
     `HISTORY_OFFSETS` (0 on new rows), and every row's sampling logits in
     `BEHAVIOUR_LOGITS`.
+
+    The user's learner connector pieces (`learners(learner_connector=...)`) run before
+    this one, on the episodes as sampled (RLlib's path runs them on episodes already
+    extended by its artificial step). What they change in the episodes (rewards,
+    observations) is what this piece reads; a column they add per step
+    (`ConnectorV2.add_n_batch_items` with the episode, one item per step) comes into the
+    batch in its rows (zeros on carried rows) and replaces a column of the same name.
     """
 
     def __init__(self, input_observation_space=None, input_action_space=None, *, num_frames: int = 1,
@@ -712,5 +734,43 @@ class LeanEpisodesToBatch(ConnectorV2):
                 values = module.compute_values({Columns.OBS: last_obs})
             bootstrap[tensor(ends[cut])] = values.to(bootstrap.dtype)
         module_batch[BOOTSTRAP_VALUES] = bootstrap
+        for column, values in self._user_columns(batch, episodes, carried).items():
+            if any(carried) and column in module_batch:
+                raise ValueError(f"learner connector column {column!r} replaces the lean batch's own, which "
+                                 f"has rows carried from earlier fragments (hindsight.across_fragments)")
+            module_batch[column] = convert_to_torch_tensor(values, device=self.device)
         batch[DEFAULT_MODULE_ID] = module_batch
         return batch
+
+    @staticmethod
+    def _user_columns(batch, episodes, carried) -> Dict[str, Any]:
+        """The per-step columns the user's pieces added to `batch` (keyed by episode id,
+        one item per step of each chunk), taken out of `batch` and laid out as the lean
+        batch's rows, with zeros on each chunk's `carried` rows."""
+        columns = {}
+        for column in [key for key in batch if key != DEFAULT_MODULE_ID]:
+            items = batch.pop(column)
+            if not isinstance(items, dict) or not all(isinstance(k, tuple) and len(k) == 1 for k in items):
+                raise ValueError(f"learner connector column {column!r} is not per episode step (the lean learner "
+                                 f"path takes items added with their single-agent episode); use learner_path='rllib'")
+            used = dict.fromkeys(items, 0)
+            parts = []
+            for episode, c in zip(episodes, carried):
+                key = (episode.id_,)
+                start = used.get(key, 0)
+                steps = items.get(key, [])[start:start + len(episode)]
+                if len(steps) != len(episode):
+                    raise ValueError(f"learner connector column {column!r} has {len(steps)} items for an episode "
+                                     f"chunk of {len(episode)} steps (the lean learner path takes one per step)")
+                used[key] = start + len(episode)
+                part = space_utils.batch(steps)
+                if c:
+                    part = tree.map_structure(lambda x: np.concatenate([np.zeros((c,) + x.shape[1:], x.dtype), x]), part)
+                parts.append(part)
+            extra = {key: len(items[key]) - n for key, n in used.items() if len(items[key]) != n}
+            if extra:
+                key, n = next(iter(extra.items()))
+                raise ValueError(f"learner connector column {column!r} has {n} items more than episode {key[0]!r} "
+                                 f"has steps (the lean learner path takes one per step)")
+            columns[column] = tree.map_structure(lambda *xs: np.concatenate(xs), *parts)
+        return columns

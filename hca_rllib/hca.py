@@ -30,7 +30,7 @@ from ray.util.debug import log_once
 
 from hca_rllib import compat
 from hca_rllib.callbacks import STATS_CLS_LOOKUP, GameScoreCallback
-from hca_rllib.connectors import LeanEpisodesToBatch, flatten_observations_if_needed
+from hca_rllib.connectors import LeanEpisodesToBatch, flatten_observations_if_needed, user_learner_pieces
 from hca_rllib.credit import HINDSIGHT_CREDIT_MODES
 from hca_rllib.envs.resolver import EnvResolutionError, env_family, resolve_env
 from hca_rllib.fields import (HCA_TRAINING_DEFAULTS, config_errors, drop_removed_fields, merged_hindsight,
@@ -227,8 +227,9 @@ class HCAConfig(AlgorithmConfig):
     def build_learner_connector(self, input_observation_space, input_action_space, device=None):
         if self.uses_lean_learner:
             return LearnerConnectorPipeline(
-                connectors=[LeanEpisodesToBatch(num_frames=self.resolved_frame_stack, history=self.history_window,
-                                                device=device)],
+                connectors=user_learner_pieces(self, input_observation_space, input_action_space) + [
+                    LeanEpisodesToBatch(num_frames=self.resolved_frame_stack, history=self.history_window,
+                                        device=device)],
                 input_observation_space=input_observation_space,
                 input_action_space=input_action_space,
             )

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 
+from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.columns import Columns
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
@@ -259,6 +260,35 @@ def test_the_carried_rows_come_from_the_lookback_and_are_not_real():
     assert history_rows(plain) is None and plain[Columns.ACTIONS].tolist() == [int(a) for a in ep["actions"]]
 
 
+class _StepIndex(ConnectorV2):
+    """A user's learner piece: a per-step column (the step's index in its episode), or
+    one that replaces the rewards."""
+
+    def __init__(self, column="step"):
+        super().__init__()
+        self.column = column
+
+    def __call__(self, *, rl_module, batch, episodes, **kwargs):
+        for e in episodes:
+            steps = [float(e.t_started + i) for i in range(len(e))]
+            self.add_n_batch_items(batch, self.column, steps, len(e), single_agent_episode=e)
+        return batch
+
+
+def test_a_users_column_is_zero_on_the_carried_rows():
+    ep = _episode(9, True)
+    chunks = [c for _, c in _fragments(ep, 4, 3)]
+    batch = _StepIndex()(rl_module=None, batch={}, episodes=chunks)
+    b = LeanEpisodesToBatch(history=3)(rl_module={DEFAULT_MODULE_ID: _Values(_value)}, batch=batch,
+                                       episodes=chunks)
+    assert list(b) == [DEFAULT_MODULE_ID]  # the user's column moved into the module's batch
+    assert b[DEFAULT_MODULE_ID]["step"].tolist() == [0, 1, 2, 3, 0, 0, 0, 4, 5, 6, 7, 0, 0, 0, 8]
+    batch = _StepIndex(Columns.REWARDS)(rl_module=None, batch={}, episodes=chunks)
+    with pytest.raises(ValueError, match=r"^learner connector column 'rewards' replaces the lean batch's own, which "
+                                         r"has rows carried from earlier fragments \(hindsight.across_fragments\)$"):
+        LeanEpisodesToBatch(history=3)(rl_module={DEFAULT_MODULE_ID: _Values(_value)}, batch=batch, episodes=chunks)
+
+
 # --------------------------------------------------------------------------- the learner
 
 
@@ -353,6 +383,9 @@ def test_the_config_sizes_the_lookback_and_refuses_what_cannot_carry_it():
     rllib = copy.deepcopy(config).learners(learner_path="rllib")
     with pytest.raises(ValueError, match=r"^hindsight.across_fragments needs learner_path='lean' or 'auto'"):
         rllib.validate()
+    with_piece = copy.deepcopy(config).learners(learner_connector=lambda o, a: _StepIndex())
+    with_piece.validate()  # the user's learner pieces run on the lean path that carries it
+    assert with_piece.uses_lean_learner
     plain = HCAConfig().environment("CartPole-v1").training(hindsight={"outcome": "reward", "window": 100})
     with pytest.raises(ValueError, match="hindsight.across_fragments=True"):
         plain.validate()

@@ -13,7 +13,8 @@ EXPECTED = {
     "cartpole_rllib": ("rllib", None),
     "cartpole_mean_std": ("rllib", None),
     "cartpole_step_callback": ("rllib", None),
-    "cartpole_learner_piece": ("lean", "rllib"),
+    "cartpole_learner_piece": ("lean", "lean"),
+    "cartpole_learner_piece_rllib": ("lean", "rllib"),
     "frozenlake_lean": ("lean", "lean"),
     "frozenlake_rllib": ("rllib", None),
 }

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.core.columns import Columns
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.evaluation.postprocessing import Postprocessing
@@ -25,7 +26,7 @@ from hca_rllib.module import CREDIT_WEIGHTS, REMAINDER_TARGETS, RETURNS, WINDOW_
 MID = "default_policy"
 NUM_ACTIONS = 3
 COLUMNS = (Postprocessing.VALUE_TARGETS, Postprocessing.ADVANTAGES, CREDIT_WEIGHTS, RETURNS,
-           Columns.ACTIONS, Columns.REWARDS, WINDOW_REWARDS, REMAINDER_TARGETS)
+           Columns.ACTIONS, Columns.REWARDS, WINDOW_REWARDS, REMAINDER_TARGETS, "obs_sum")
 ATOL = 1e-6
 
 # (length, lookback, terminated, truncated): a chunk continuing an earlier fragment and
@@ -150,7 +151,7 @@ def assert_same(a, b, what):
 
 
 def run_both(case, frames=1, updates=3, **update_kwargs):
-    config = make_config(case, frames)
+    config = make_config(case, frames) if isinstance(case, str) else case
     lean, lean_rec = build(config, "lean", frames)
     rllib, rllib_rec = build(config, "rllib", frames, state=lean.module[MID].get_state())
     for name, tensor in module_state(lean).items():
@@ -241,6 +242,52 @@ def test_minibatches_get_the_credit_of_the_whole_batch_at_the_start():
             assert_same(part[key], whole[key][rows], key)
 
 
+class ShapeRewards(ConnectorV2):
+    """A user's learner piece: rewards reshaped in the episodes (2 r + obs[0]) and a
+    per-step column (the observation's sum), as `CountBasedCuriosity` and RLlib's own
+    pieces write them."""
+
+    def __call__(self, *, rl_module, batch, episodes, **kwargs):
+        for episode in self.single_agent_episode_iterator(episodes, agents_that_stepped_only=False):
+            observations = np.asarray(episode.get_observations(slice(0, len(episode))))
+            shaped = 2.0 * np.asarray(episode.get_rewards()) + observations[:, 0]
+            episode.set_rewards(new_data=shaped.astype(np.float32), at_indices=slice(0, len(episode)))
+            self.add_n_batch_items(batch, "obs_sum", items_to_add=list(observations.sum(-1)),
+                                   num_items=len(episode), single_agent_episode=episode)
+        return batch
+
+
+@pytest.mark.parametrize("case", ["a2c", "expected_hca", "reward_outcome"])
+def test_a_users_learner_piece_gives_the_same_update_on_both_paths(case):
+    config = make_config(case).training(learner_connector=lambda obs_space, act_space: ShapeRewards())
+    _, (lean, lean_rec), (rllib, rllib_rec), _ = run_both(config, updates=2)
+    for a, b in zip(lean_rec.batches, rllib_rec.batches):
+        for key in set(a) - {"rows"}:
+            assert_same(a[key], b[key], key)
+        assert_same(a["obs_sum"], a[Columns.OBS].sum(-1), "the user's column")
+    first = make_episodes(1)  # the rewards the learner saw are the shaped ones
+    observations = np.concatenate([e.get_observations(slice(0, len(e))) for e in first])
+    rewards = np.concatenate([e.get_rewards() for e in first])
+    assert_same(lean_rec.batches[0][Columns.REWARDS], torch.as_tensor(2 * rewards + observations[:, 0]), "rewards")
+    for name, tensor in module_state(lean).items():
+        assert_same(tensor, module_state(rllib)[name], name)
+
+
+def test_a_users_column_must_have_one_item_per_step():
+    learner, _ = build(make_config("a2c").training(learner_connector=lambda o, a: ShapeRewards()), "lean", 1)
+    episodes = make_episodes(2)
+
+    class OneItemShort(ConnectorV2):
+        def __call__(self, *, rl_module, batch, episodes, **kwargs):
+            self.add_n_batch_items(batch, "short", [0.0] * (len(episodes[0]) - 1), len(episodes[0]) - 1,
+                                   single_agent_episode=episodes[0])
+            return batch
+
+    learner._learner_connector.prepend(OneItemShort())
+    with pytest.raises(ValueError, match="^learner connector column 'short' has 5 items for an episode chunk of 6 steps"):
+        learner._learner_connector(rl_module=learner.module, batch={}, episodes=episodes, shared_data={}, metrics=None)
+
+
 def test_bootstrap_values_are_the_values_after_each_cut():
     config = make_config("a2c")
     learner, _ = build(config, "lean", 1)
@@ -305,14 +352,19 @@ def test_learner_path_is_validated_and_defaults_to_auto():
     assert LEARNER_PATHS == ("lean", "rllib")
     with pytest.raises(ValueError, match=r"learner_path must be one of \['auto', 'lean', 'rllib'\], got 'fast'"):
         HCAConfig().environment("CartPole-v1").learners(learner_path="fast").validate()
-    with pytest.raises(ValueError, match="^learner_path='lean' cannot run this config: learner_connector is set"):
-        HCAConfig().environment("CartPole-v1").learners(learner_path="lean",
-                                                         learner_connector=lambda *a, **k: []).validate()
-    for path in ("rllib", "auto"):  # RLlib's path takes them; "auto" picks it
+    with pytest.raises(ValueError, match="^learner_path='lean' cannot run this config: add_default_connectors_to"):
+        HCAConfig().environment("CartPole-v1").learners(
+            learner_path="lean", add_default_connectors_to_learner_pipeline=False).validate()
+    for path in ("rllib", "auto"):  # RLlib's path takes it; "auto" picks it
+        config = HCAConfig().environment("CartPole-v1").learners(
+            learner_path=path, add_default_connectors_to_learner_pipeline=False)
+        config.validate()
+        assert config.resolved_learner_path == "rllib" and not config.uses_lean_learner
+    for path in ("lean", "auto"):  # the user's learner pieces run on the lean path
         config = HCAConfig().environment("CartPole-v1").learners(learner_path=path,
                                                                   learner_connector=lambda *a, **k: [])
         config.validate()
-        assert config.resolved_learner_path == "rllib" and not config.uses_lean_learner
+        assert config.uses_lean_learner
     config = HCAConfig().environment("CartPole-v1").learners(learner_path="auto")
     config.validate()
     assert config.resolved_learner_path == "lean" and config.uses_lean_learner

@@ -370,16 +370,13 @@ def test_users_own_rl_module(ray_local, path):
 
 
 @pytest.mark.parametrize("path", PATHS)
-def test_learner_connector_takes_rllibs_pieces_with_one_line(ray_local, caplog, path):
+def test_a_learner_connector_runs_on_either_learner_path(ray_local, caplog, path):
     caplog.set_level(logging.INFO, logger=LOGGER)
     CountingLearnerPiece.calls = 0
     config = _cartpole(path).learners(
         learner_connector=lambda obs_space, act_space: CountingLearnerPiece())
-    _expect(config, path, "lean", "rllib")
-    if path == "default" and _default_is_auto():
-        assert _auto_lines(caplog) == [
-            "learner_path: RLlib's learner connector pieces for this run: learner_connector is set "
-            "(the lean learner path runs no user learner connector pieces)"]
+    _expect(config, path, "lean", "lean")
+    assert _auto_lines(caplog) == []  # "auto" keeps the lean learner path
     algo, _ = _train(config, iterations=2)
     try:
         assert CountingLearnerPiece.calls == 2  # once per update
@@ -436,12 +433,12 @@ def test_explicit_lean_refuses_in_one_line():
         "sampler='lean' cannot run this config: config.callbacks_on_episode_step is set (the lean "
         "sampler makes no per-step episode callbacks); use sampler='auto' (the default) or 'rllib'")
     config = A2CConfig().environment("CartPole-v1").learners(
-        learner_path="lean", learner_connector=lambda o, a: CountingLearnerPiece())
+        learner_path="lean", add_default_connectors_to_learner_pipeline=False)
     with pytest.raises(ValueError) as error:
         config.validate()
     assert str(error.value).splitlines()[0] == (
-        "learner_path='lean' cannot run this config: learner_connector is set (the lean learner path "
-        "runs no user learner connector pieces); use learner_path='auto' (the default) or 'rllib'")
+        "learner_path='lean' cannot run this config: add_default_connectors_to_learner_pipeline is False "
+        "(the lean learner path replaces RLlib's default pieces); use learner_path='auto' (the default) or 'rllib'")
 
 
 def test_a_config_saved_with_the_lean_paths_still_loads():
