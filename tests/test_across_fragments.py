@@ -391,6 +391,37 @@ def test_the_config_sizes_the_lookback_and_refuses_what_cannot_carry_it():
         plain.validate()
 
 
+def test_a_users_learner_piece_trains_with_the_carried_window(ray_local):
+    """`algo.train()` with a user's learner piece that adds a column: the window is carried
+    (carried rows in the batch) and the column reaches the loss, row for row."""
+    seen = []
+
+    class Spy(HCAConfig().get_default_learner_class()):
+        def compute_loss_for_module(self, *, module_id, config, batch, fwd_out):
+            seen.append((batch["step"].clone(), batch[HISTORY_OFFSETS].clone()))
+            return super().compute_loss_for_module(module_id=module_id, config=config, batch=batch, fwd_out=fwd_out)
+
+    config = (HCAConfig().environment("HCA/DelayedEffect-v0", env_config={"length": 9, "noise_std": 1.0})
+              .env_runners(num_env_runners=0, num_envs_per_env_runner=3, rollout_fragment_length=4)
+              .training(hindsight={"outcome": "reward", "window": 6, "across_fragments": True},
+                        train_batch_size_per_learner=12, learner_class=Spy)
+              .learners(learner_connector=lambda obs_space, act_space: _StepIndex())
+              .debugging(seed=0))
+    algo = config.build_algo()
+    try:
+        for _ in range(3):
+            results = algo.train()
+    finally:
+        algo.stop()
+    assert float(results["learners"][MID]["credit/history_rows"]) > 0
+    step, offsets = seen[-1]
+    carried = offsets > 0
+    assert bool(carried.any()) and bool((step[carried] == 0).all())
+    # A chunk's new rows count on from its first step: +1 row after row within a chunk.
+    new = step[~carried]
+    assert bool(((new[1:] - new[:-1] == 1) | (new[1:] < new[:-1]) | (new[1:] == 0)).all())
+
+
 # --------------------------------------------------------------------------- the samplers
 
 
