@@ -806,3 +806,19 @@ def test_atari_long_quick(tmp_path):
     assert atari_long.QUICK_CELL in text and "279.8" in text and "374" in text
     for name in ("curves.png", "diagnostics.png"):
         assert (tmp_path / name).stat().st_size > 0, name
+
+
+@pytest.mark.benchmark
+def test_bias_anatomy_logs_the_bias_against_the_credit(tmp_path):
+    """`benchmarks/bias_anatomy.py`: a known-answer run with `trust="bias"` logs the bias
+    ratio and cosine at every update (finite once both accumulated statistics are), and
+    `--read` tabulates them; the hooks it wraps exist (it fails when they move)."""
+    run_script("bias_anatomy.py", "credit_analysis", "--settings", "delayed_effect_L10_sd1", "--methods",
+               "reward_w64_across_bias", "--seeds", "0", "--steps", "4000", "--out", tmp_path)
+    raw = _load_raw(tmp_path / "delayed_effect_L10_sd1" / "reward_w64_across_bias_seed0.json")
+    ratios = [r["bias_ratio"] for r in raw["results"]]
+    cosines = [r["bias_cosine"] for r in raw["results"]]
+    assert _finite(ratios[-1]) and _finite(cosines[-1]), (ratios[-5:], cosines[-5:])
+    table = run_script("bias_anatomy.py", "--read", tmp_path).stdout
+    row = [line for line in table.splitlines() if line.startswith("| delayed_effect_L10_sd1 |")]
+    assert len(row) == 1 and f"{ratios[-1]:.2f}" in row[0], table
