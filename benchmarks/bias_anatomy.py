@@ -88,11 +88,12 @@ def score(data) -> float:
 
 
 def read(directories: List[str], method: str) -> str:
-    """A markdown table: per run, `rho` and the cosine at 25%, 50% and the end of the run,
-    the trust's mean, and `z_D`, `z_H` at the end."""
+    """A markdown table: per run, the medians of `rho` and the cosine over its second half
+    and their last values, the trust's mean over the run, and `z_D`, `z_H` at the end."""
     import numpy as np
 
-    lines = ["| task | seed | score | trust (mean) | rho 25% / 50% / end | cosine 25% / 50% / end | z_D, z_H at the end |",
+    lines = ["| task | seed | score | trust (mean) | rho: median of the 2nd half, end | "
+             "cosine: median of the 2nd half, end | z_D, z_H at the end |",
              "|---|---|---|---|---|---|---|"]
     for directory in directories:
         for path in sorted(Path(directory).glob(f"*/{method}_seed*.raw.json.gz")):
@@ -100,11 +101,11 @@ def read(directories: List[str], method: str) -> str:
             results = data["results"]
             column = lambda key: np.array([np.nan if r.get(key) is None else r[key] for r in results], float)  # noqa: E731
             rho, cos, trust = column("bias_ratio"), column("bias_cosine"), column("trust")
-            at = [len(results) // 4, len(results) // 2, len(results) - 1]
+            late = slice(len(results) // 2, len(results))
             lines.append(
                 f"| {data['task']} | {data['seed']} | {score(data):.2f} | {np.nanmean(trust):.2f} | "
-                + " / ".join(f"{rho[i]:.2f}" for i in at) + " | " + " / ".join(f"{cos[i]:.2f}" for i in at)
-                + f" | {results[-1]['trust_z']:.1f}, {results[-1]['trust_signal_z']:.1f} |")
+                f"{np.nanmedian(rho[late]):.2f}, {rho[-1]:.2f} | {np.nanmedian(cos[late]):.2f}, {cos[-1]:.2f} "
+                f"| {results[-1]['trust_z']:.1f}, {results[-1]['trust_signal_z']:.1f} |")
     return "\n".join(lines)
 
 

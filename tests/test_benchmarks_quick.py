@@ -821,4 +821,4 @@ def test_bias_anatomy_logs_the_bias_against_the_credit(tmp_path):
     assert _finite(ratios[-1]) and _finite(cosines[-1]), (ratios[-5:], cosines[-5:])
     table = run_script("bias_anatomy.py", "--read", tmp_path).stdout
     row = [line for line in table.splitlines() if line.startswith("| delayed_effect_L10_sd1 |")]
-    assert len(row) == 1 and f"{ratios[-1]:.2f}" in row[0], table
+    assert len(row) == 1 and f", {ratios[-1]:.2f} |" in row[0], table
