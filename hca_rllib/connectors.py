@@ -770,7 +770,7 @@ class LeanEpisodesToBatch(ConnectorV2):
             extra = {key: len(items[key]) - n for key, n in used.items() if len(items[key]) != n}
             if extra:
                 key, n = next(iter(extra.items()))
-                raise ValueError(f"learner connector column {column!r} has {n} items more than episode {key[0]!r} "
-                                 f"has steps (the lean learner path takes one per step)")
+                raise ValueError(f"learner connector column {column!r} has {n} more item{'s' * (n != 1)} than "
+                                 f"episode {key[0]!r} has steps (the lean learner path takes one per step)")
             columns[column] = tree.map_structure(lambda *xs: np.concatenate(xs), *parts)
         return columns

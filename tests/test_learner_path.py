@@ -273,18 +273,27 @@ def test_a_users_learner_piece_gives_the_same_update_on_both_paths(case):
         assert_same(tensor, module_state(rllib)[name], name)
 
 
-def test_a_users_column_must_have_one_item_per_step():
-    learner, _ = build(make_config("a2c").training(learner_connector=lambda o, a: ShapeRewards()), "lean", 1)
+@pytest.mark.parametrize("case", ["short", "long", "not_per_step"])
+def test_a_users_column_must_have_one_item_per_step(case):
+    learner, _ = build(make_config("a2c"), "lean", 1)
     episodes = make_episodes(2)
+    first = episodes[0]  # 6 steps
 
-    class OneItemShort(ConnectorV2):
+    class Column(ConnectorV2):
         def __call__(self, *, rl_module, batch, episodes, **kwargs):
-            self.add_n_batch_items(batch, "short", [0.0] * (len(episodes[0]) - 1), len(episodes[0]) - 1,
-                                   single_agent_episode=episodes[0])
+            if case == "not_per_step":
+                self.add_batch_item(batch, "col", 0.0)
+                return batch
+            for e in episodes:
+                n = len(e) + (-1 if case == "short" else 1) * (e is first)
+                self.add_n_batch_items(batch, "col", [0.0] * n, n, single_agent_episode=e)
             return batch
 
-    learner._learner_connector.prepend(OneItemShort())
-    with pytest.raises(ValueError, match="^learner connector column 'short' has 5 items for an episode chunk of 6 steps"):
+    learner._learner_connector.prepend(Column())
+    message = {"short": "has 5 items for an episode chunk of 6 steps",
+               "long": f"has 1 more item than episode '{first.id_}' has steps",
+               "not_per_step": "is not per episode step"}[case]
+    with pytest.raises(ValueError, match=f"^learner connector column 'col' {message}"):
         learner._learner_connector(rl_module=learner.module, batch={}, episodes=episodes, shared_data={}, metrics=None)
 
 
