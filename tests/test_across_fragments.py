@@ -405,7 +405,7 @@ def test_a_users_learner_piece_trains_with_the_carried_window(ray_local):
               .env_runners(num_env_runners=0, num_envs_per_env_runner=3, rollout_fragment_length=4)
               .training(hindsight={"outcome": "reward", "window": 6, "across_fragments": True},
                         train_batch_size_per_learner=12, learner_class=Spy)
-              .learners(learner_connector=lambda obs_space, act_space: _StepIndex())
+              .learners(learner_connector=lambda obs_space, act_space: _StepIndex(), learner_path="lean")
               .debugging(seed=0))
     algo = config.build_algo()
     try:
