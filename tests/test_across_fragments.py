@@ -372,7 +372,7 @@ def test_the_carried_rows_get_credit_and_train_the_classifier():
 
 def test_the_config_sizes_the_lookback_and_refuses_what_cannot_carry_it():
     config = HCAConfig().environment("CartPole-v1").training(
-        hindsight={"outcome": "reward", "window": 100, "across_fragments": True})
+        hindsight={"outcome": "reward", "window": 100, "across_fragments": True}).learners(learner_path="auto")
     config.validate()  # a window past the 64-step fragment is what it is for
     assert config.episode_lookback_horizon >= 100 and config.history_window == 100
     assert HCAConfig().environment("CartPole-v1").history_window == 0
@@ -434,6 +434,7 @@ def test_both_samplers_carry_the_window(ray_local, sampler):
               .env_runners(num_env_runners=0, num_envs_per_env_runner=3, rollout_fragment_length=4, sampler=sampler)
               .training(hindsight={"outcome": "reward", "window": 6, "across_fragments": True},
                         train_batch_size_per_learner=12)
+              .learners(learner_path="lean")  # the one that carries the window
               .debugging(seed=0))
     algo = config.build_algo()
     try:

@@ -126,7 +126,7 @@ def test_a_window_longer_than_the_fragment_is_one_line():
                                          r"\(16 steps\): [^\n]*hindsight.across_fragments=True$"):
         config.validate()
     config.training(hindsight={"window": 16}).validate()  # the whole fragment is fine
-    config.training(hindsight={"window": 17, "across_fragments": True}).validate()
+    config.training(hindsight={"window": 17, "across_fragments": True}).learners(learner_path="auto").validate()
     # "auto": the fragment RLlib derives from the batch (64 / 2 envs = 32 steps)
     auto = (HCAConfig().environment("CartPole-v1")
             .env_runners(num_envs_per_env_runner=2, rollout_fragment_length="auto")
@@ -320,6 +320,8 @@ def test_at_trust_zero_a_run_is_a2cs_run(ray_local, credit_mode):
         config = (config.environment("CartPole-v1")
                   .env_runners(num_env_runners=0, num_envs_per_env_runner=2, rollout_fragment_length=16)
                   .training(train_batch_size_per_learner=32).debugging(seed=11))
+        if credit_mode == "across_fragments":  # on the learner path that carries the window, both
+            config.learners(learner_path="lean")
         algo = config.build_algo()
         try:
             trusts = []

@@ -333,6 +333,8 @@ def test_every_reported_metric_is_known():
             config = (HCAConfig().environment("CartPole-v1")
                       .env_runners(num_env_runners=0, num_envs_per_env_runner=2)
                       .training(credit=credit, train_batch_size_per_learner=64, **extra))
+            if extra:  # the window across fragments: on the learner path that carries it
+                config.learners(learner_path="lean")
             algo = config.build_algo()
             try:
                 result = algo.train()
