@@ -814,11 +814,11 @@ def test_bias_anatomy_logs_the_bias_against_the_credit(tmp_path):
     ratio and cosine at every update (finite once both accumulated statistics are), and
     `--read` tabulates them; the hooks it wraps exist (it fails when they move)."""
     run_script("bias_anatomy.py", "credit_analysis", "--settings", "delayed_effect_L10_sd1", "--methods",
-               "reward_w64_across_bias", "--seeds", "0", "--steps", "4000", "--out", tmp_path)
-    raw = _load_raw(tmp_path / "delayed_effect_L10_sd1" / "reward_w64_across_bias_seed0.json")
+               "reward_w32_bias", "--seeds", "0", "--steps", "4000", "--out", tmp_path)
+    raw = _load_raw(tmp_path / "delayed_effect_L10_sd1" / "reward_w32_bias_seed0.json")
     ratios = [r["bias_ratio"] for r in raw["results"]]
     cosines = [r["bias_cosine"] for r in raw["results"]]
     assert _finite(ratios[-1]) and _finite(cosines[-1]), (ratios[-5:], cosines[-5:])
-    table = run_script("bias_anatomy.py", "--read", tmp_path).stdout
+    table = run_script("bias_anatomy.py", "--read", tmp_path, "--method", "reward_w32_bias").stdout
     row = [line for line in table.splitlines() if line.startswith("| delayed_effect_L10_sd1 |")]
     assert len(row) == 1 and f", {ratios[-1]:.2f} |" in row[0], table
