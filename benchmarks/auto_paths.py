@@ -48,16 +48,16 @@ def build(name: str):
     config = (A2CConfig().environment(env, env_config=kwargs)
               .env_runners(num_envs_per_env_runner=8, rollout_fragment_length=64)
               .training(train_batch_size_per_learner=512).debugging(seed=0))
-    if name.endswith("_rllib") and not name.startswith("cartpole_learner_piece"):
+    if name in ("cartpole_rllib", "frozenlake_rllib"):
         config.env_runners(sampler="rllib")
     elif name == "cartpole_mean_std":
         config.env_runners(env_to_module_connector=lambda env=None, spaces=None, device=None: MeanStdFilter())
     elif name == "cartpole_step_callback":
         config.callbacks(on_episode_step=lambda **kw: None)
-    elif name.startswith("cartpole_learner_piece"):
+    elif name == "cartpole_learner_piece":
         config.learners(learner_connector=lambda obs_space, act_space: PassThrough())
-        if name.endswith("_rllib"):
-            config.learners(learner_path="rllib")
+    elif name == "cartpole_learner_piece_rllib":
+        config.learners(learner_connector=lambda obs_space, act_space: PassThrough(), learner_path="rllib")
     config.validate()
     return config
 

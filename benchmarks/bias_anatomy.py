@@ -28,8 +28,6 @@ runs are the benchmark's runs, bit for bit):
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import math
 import runpy
 import sys
@@ -92,12 +90,14 @@ def read(directories: List[str], method: str) -> str:
     and their last values, the trust's mean over the run, and `z_D`, `z_H` at the end."""
     import numpy as np
 
+    from common import load_raw
+
     lines = ["| task | seed | score | trust (mean) | rho: median of the 2nd half, end | "
              "cosine: median of the 2nd half, end | z_D, z_H at the end |",
              "|---|---|---|---|---|---|---|"]
     for directory in directories:
-        for path in sorted(Path(directory).glob(f"*/{method}_seed*.raw.json.gz")):
-            data = json.load(gzip.open(path))
+        for path in sorted(Path(directory).glob(f"*/{method}_seed*.json")):
+            data = load_raw(path)
             results = data["results"]
             column = lambda key: np.array([np.nan if r.get(key) is None else r[key] for r in results], float)  # noqa: E731
             rho, cos, trust = column("bias_ratio"), column("bias_cosine"), column("trust")
