@@ -151,23 +151,23 @@ def key_probability(module) -> float:
 def test_default_credit_takes_the_key_more_reliably_than_a2c(ray_local):
     """The package default (expected_hca with the evidence trust and the [128, 128]
     classifier, 4 extra passes) against A2C, both at the learning rate 7e-4, paired on
-    seeds 0-4: better on at least 4 of the 5 seeds and by at least 0.04 on average. (What
+    seeds 0-9: better on at least 8 of the 10 seeds and by at least 0.03 on average. (What
     it guards is the default's behaviour, not a credit effect: A2C at twice the learning
-    rate gains as much here, `benchmarks/results/lr_control/`.) With
-    no real difference (seed-to-seed sd of the paired difference about 0.06 in the
-    benchmark) the mean alone would clear 0.04 with probability about 0.07 (z = 1.5),
-    and 4 of 5 seeds with 0.19, so both together by chance about 0.05. (Three seeds
-    cannot carry an every-seed criterion: float-level changes alone move one seed's
-    probability by several hundredths.)"""
+    rate gains as much here, `benchmarks/results/lr_control/`.) Measured: +0.062 and 9 of
+    10 on the lean learner path, +0.052 and 9 of 10 on RLlib's (which rounds the credit
+    differently, so its runs are another draw of the same seeds). With no real difference
+    (seed-to-seed sd of the paired difference about 0.06) the mean alone would clear 0.03
+    with probability about 0.06 (z = 1.6), and 8 of 10 seeds with 0.055. (Five seeds held
+    no margin across the two draws: +0.057 and +0.038.)"""
     a2c, ours = [], []
-    for seed in range(5):
+    for seed in range(10):
         config = config_for("a2c", "HCA/KeyToDoor-v0", seed, **KEY_TO_DOOR).training(hindsight_loss_coeff=1.0)
         a2c.append(key_probability(train(config, KEY_TO_DOOR_STEPS)[1]))
         config = HCAConfig().environment("HCA/KeyToDoor-v0", env_config=KEY_TO_DOOR).debugging(seed=seed)
         ours.append(key_probability(train(config, KEY_TO_DOOR_STEPS)[1]))
     print(f"key-to-door pi(pick key): default {np.round(ours, 3)}, A2C {np.round(a2c, 3)}")
-    assert sum(o > a for o, a in zip(ours, a2c)) >= 4, (ours, a2c)
-    assert np.mean(ours) >= np.mean(a2c) + 0.04, (ours, a2c)
+    assert sum(o > a for o, a in zip(ours, a2c)) >= 8, (ours, a2c)
+    assert np.mean(ours) >= np.mean(a2c) + 0.03, (ours, a2c)
 
 
 # The delayed effect at length 30 with N(0, 2^2) noise on every chain step
@@ -184,26 +184,18 @@ GRADIENT_STEPS = 10_000
 REWARD_OUTCOME = {"hindsight": {"outcome": "reward", "window": 32}, "trust": None}
 
 
-def test_reward_outcome_takes_the_noise_rewards_out_of_the_decisions_gradient(ray_local):
-    """What the reward outcome buys on this task, on the learner's own batches after 10k
-    steps (seed 0; the first action still uncertain): at the decision, A2C's logit
-    gradient carries the 30 noise rewards (`Z - V` with sd about 10); the reward outcome's
-    carries `sum_k gamma^k r_{t+k} (h_k - pi)`, which the classifier's `h_k == pi` on the
-    noise rewards empties. Measured over 8 iterations: its mean squared logit gradient is
-    about 1/50 of A2C's, and its mean toward the good action, +0.34 (se 0.04), is within
-    1.2 se of the exact policy gradient's, `p (1 - p) * 2 gamma^30` = +0.30 (A2C's: +0.16,
-    se 0.34). The test asks
-    below a tenth, and within 4 standard errors of the exact gradient: an estimator that
-    dropped the credit with the noise, or kept the noise, fails it. (Later, as the policy
-    sharpens, the learned classifier drifts: at 30k steps the same mean is -0.11, se 0.07,
-    against about +0.24.)"""
+def _decision_gradients(seed: int):
+    """After `GRADIENT_STEPS` of the reward outcome on the noisy delay (`seed`), over 8
+    more iterations on the learner's own batches, at the decision: the reward outcome's
+    and A2C's squared logit gradients, their components toward the good action, and the
+    exact policy gradient's, `p (1 - p) * 2 gamma^30` (one row per decision)."""
     from ray.rllib.core.columns import Columns
     from ray.rllib.evaluation.postprocessing import Postprocessing
 
     from hca_rllib import credit
     from hca_rllib.module import CREDIT_WEIGHTS
 
-    config = config_for("expected_hca", "HCA/DelayedEffect-v0", 0, **NOISY_DELAY).training(**REWARD_OUTCOME)
+    config = config_for("expected_hca", "HCA/DelayedEffect-v0", seed, **NOISY_DELAY).training(**REWARD_OUTCOME)
     algo = config.build_algo()
     try:
         while algo.train()["num_env_steps_sampled_lifetime"] < GRADIENT_STEPS:
@@ -229,13 +221,30 @@ def test_reward_outcome_takes_the_noise_rewards_out_of_the_decisions_gradient(ra
             algo.train()
     finally:
         algo.stop()
-    ours, a2c, ours_good, a2c_good, exact = (torch.cat(parts) for parts in zip(*seen))
-    print(f"decision's mean squared logit gradient: reward outcome {float(ours.mean()):.4f}, A2C "
-          f"{float(a2c.mean()):.4f}; toward the good action: {float(ours_good.mean()):.4f} "
-          f"(se {float(ours_good.std() / len(ours_good) ** 0.5):.4f}), A2C {float(a2c_good.mean()):.4f} "
-          f"(se {float(a2c_good.std() / len(a2c_good) ** 0.5):.4f}); exact {float(exact.mean()):.4f}")
-    ours, a2c = ours.mean(), a2c.mean()
-    assert len(ours_good) >= 100
-    assert ours < 0.1 * a2c, (float(ours), float(a2c))
-    se = ours_good.std() / len(ours_good) ** 0.5
-    assert abs(ours_good.mean() - exact.mean()) < 4 * se, (float(ours_good.mean()), float(exact.mean()), float(se))
+    return [torch.cat(parts) for parts in zip(*seen)]
+
+
+def test_reward_outcome_takes_the_noise_rewards_out_of_the_decisions_gradient(ray_local):
+    """What the reward outcome buys on this task, on the learner's own batches after 10k
+    steps (the first action still uncertain), seeds 0-3. At the decision, A2C's logit
+    gradient carries the 30 noise rewards (`Z - V` with sd about 10); the reward outcome's
+    carries `sum_k gamma^k r_{t+k} (h_k - pi)`, which the classifier's `h_k == pi` on the
+    noise rewards empties.
+
+    Measured over seeds 0-5 on both learner paths: its mean squared logit gradient is
+    0.02-0.11 of A2C's on every seed. Its mean toward the good action is biased: about
+    half of the exact policy gradient's +0.37 pooled over the seeds (+0.18 to +0.20),
+    from -0.20 to +0.63 seed by seed (wrong in sign on 2 of 6), the learned classifier's
+    error. So the gain is a trade of variance for bias, not an unbiased gradient. The test
+    asks a second moment below 0.15 of A2C's on each seed, and a mean over the seeds'
+    decisions of at least +0.1 (lean path +0.19, RLlib's +0.16): an estimator that kept
+    the noise, or dropped the credit with it, fails."""
+    per_seed = [_decision_gradients(seed) for seed in range(4)]
+    for seed, (ours, a2c, ours_good, a2c_good, exact) in enumerate(per_seed):
+        print(f"seed {seed}: mean squared logit gradient at the decision: reward outcome {float(ours.mean()):.4f}, "
+              f"A2C {float(a2c.mean()):.4f}; toward the good action {float(ours_good.mean()):+.4f} "
+              f"(A2C {float(a2c_good.mean()):+.4f}), exact {float(exact.mean()):+.4f}")
+        assert len(ours_good) >= 100
+        assert ours.mean() < 0.15 * a2c.mean(), (seed, float(ours.mean()), float(a2c.mean()))
+    toward_good = torch.cat([parts[2] for parts in per_seed]).mean()
+    assert toward_good >= 0.1, float(toward_good)
