@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scripts import run_script
+from scripts import import_benchmark as _import_benchmark, run_script
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -278,14 +278,6 @@ def test_env_runner_memory_quick(tmp_path):
 # ------------------------------------------------ learning.py and credit_analysis.py
 
 BENCHMARKS = REPO / "benchmarks"
-
-
-def _import_benchmark(name: str):
-    import importlib
-
-    if str(BENCHMARKS) not in sys.path:
-        sys.path.insert(0, str(BENCHMARKS))
-    return importlib.import_module(name)
 
 
 def test_binary_shift_information_against_monte_carlo_and_limits():
@@ -822,3 +814,13 @@ def test_bias_anatomy_logs_the_bias_against_the_credit(tmp_path):
     table = run_script("bias_anatomy.py", "--read", tmp_path, "--method", "reward_w32_bias").stdout
     row = [line for line in table.splitlines() if line.startswith("| delayed_effect_L10_sd1 |")]
     assert len(row) == 1 and f", {ratios[-1]:.2f} |" in row[0], table
+
+
+def test_decision_gradient_tabulates_the_decisions_gradient(tmp_path):
+    """`benchmarks/decision_gradient.py --quick`: one seed's row and the variant's summary
+    (the squared gradient's ratio to A2C's positive, the exact gradient in (0, 0.5])."""
+    run_script("decision_gradient.py", "--quick", "--out", tmp_path)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    row = summary["variants"]["default"]["rows"][0]
+    assert row["decisions"] > 0 and row["ratio"] > 0 and 0 < row["exact"] <= 0.5, row
+    assert "| `default` | 2,000 | 1 |" in (tmp_path / "summary.md").read_text()
