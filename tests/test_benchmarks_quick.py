@@ -816,6 +816,7 @@ def test_bias_anatomy_logs_the_bias_against_the_credit(tmp_path):
     assert len(row) == 1 and f", {ratios[-1]:.2f} |" in row[0], table
 
 
+@pytest.mark.benchmark
 def test_decision_gradient_tabulates_the_decisions_gradient(tmp_path):
     """`benchmarks/decision_gradient.py --quick`: one seed's row and the variant's summary
     (the squared gradient's ratio to A2C's positive, the exact gradient in (0, 0.5])."""
