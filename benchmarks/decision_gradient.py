@@ -49,10 +49,17 @@ NOISY_DELAY = dict(length=30, noise_std=2.0)
 REWARD_OUTCOME = {"hindsight": {"outcome": "reward", "window": 32}, "trust": None}
 ITERATIONS = 8
 # variant -> (training overrides, env steps before the measurement)
+_H = REWARD_OUTCOME["hindsight"]
 VARIANTS: Dict[str, tuple] = {
     "default": (REWARD_OUTCOME, 10_000),
+    "epochs_2": ({**REWARD_OUTCOME, "hindsight_epochs": 2}, 10_000),
+    "epochs_8": ({**REWARD_OUTCOME, "hindsight_epochs": 8}, 10_000),
     "epochs_12": ({**REWARD_OUTCOME, "hindsight_epochs": 12}, 10_000),
-    "hiddens_256": ({**REWARD_OUTCOME, "hindsight": {**REWARD_OUTCOME["hindsight"], "hiddens": [256, 256]}}, 10_000),
+    "lr_third": ({**REWARD_OUTCOME, "hindsight_lr": 7e-4}, 10_000),
+    "lr_3x": ({**REWARD_OUTCOME, "hindsight_lr": 6.3e-3}, 10_000),
+    "hiddens_256": ({**REWARD_OUTCOME, "hindsight": {**_H, "hiddens": [256, 256]}}, 10_000),
+    "symlog": ({**REWARD_OUTCOME, "hindsight": {**_H, "return_encoding": "symlog"}}, 10_000),
+    "independent": ({**REWARD_OUTCOME, "hindsight": {**_H, "parameterization": "independent"}}, 10_000),
     "at_30k": (REWARD_OUTCOME, 30_000),
 }
 

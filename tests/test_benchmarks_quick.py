@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scripts import import_benchmark as _import_benchmark, run_script
+from scripts import import_benchmark, run_script
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -142,7 +142,7 @@ def test_credit_modes_quick(tmp_path):
         assert (tmp_path / name).stat().st_size > 0, name
     # The script's own resume check accepts the compact cell it wrote and refuses it for
     # another method or task.
-    credit_modes = _import_benchmark("credit_modes")
+    credit_modes = import_benchmark("credit_modes")
     cell = json.loads((tmp_path / "bandit" / "a2c_seed0.json").read_text())
     assert cell["record_format"] == "compact-1"
     assert credit_modes._stored_mismatch(("bandit", 0, "a2c"), cell) is None
@@ -281,7 +281,7 @@ BENCHMARKS = REPO / "benchmarks"
 
 
 def test_binary_shift_information_against_monte_carlo_and_limits():
-    ca = _import_benchmark("credit_analysis")
+    ca = import_benchmark("credit_analysis")
     assert ca.binary_shift_information(0.0, 1.0) == 0.0
     assert ca.binary_shift_information(1.0, 0.0) == pytest.approx(math.log(2))
     assert ca.binary_shift_information(30.0, 1.0) == pytest.approx(math.log(2), abs=1e-6)
@@ -303,7 +303,7 @@ def test_binary_shift_information_against_monte_carlo_and_limits():
 def test_fragment_visible_fraction_brute_force():
     """Episodes of a fixed length played back to back and cut into 64-step fragments:
     the share whose first step and last step fall in the same fragment."""
-    ca = _import_benchmark("credit_analysis")
+    ca = import_benchmark("credit_analysis")
     for length in (1, 11, 31, 61, 63, 65):
         starts = np.arange(64 * 64) * length  # odd lengths visit every offset equally
         visible = (starts // 64) == ((starts + length - 1) // 64)
@@ -313,7 +313,7 @@ def test_fragment_visible_fraction_brute_force():
 def test_aggregate_over_settings_says_why_it_is_missing():
     """Too few common seeds, or no baseline on a setting: no aggregate, and the reason
     (not a silent empty section)."""
-    ca = _import_benchmark("credit_analysis")
+    ca = import_benchmark("credit_analysis")
 
     def summary(a2c_seeds, default_seeds):
         runs = {"a2c": a2c_seeds, ca.DEFAULT_METHOD: default_seeds}
@@ -333,7 +333,7 @@ def test_aggregate_over_settings_says_why_it_is_missing():
 def test_aggregate_against_another_baseline():
     """The learning-rate control: the default at 2x against A2C at 2x, the other methods
     left out; the difference is the paired one against that baseline."""
-    ca = _import_benchmark("credit_analysis")
+    ca = import_benchmark("credit_analysis")
     scores = {"a2c": 0.5, "a2c_lr2x": 0.7, "expected_hca_blend_lr2x": 0.75, ca.DEFAULT_METHOD: 0.9}
     methods = {m: {"seeds": [0, 1, 2], "p_good": [v] * 3} for m, v in scores.items()}
     summary = {"settings": {"one": {"methods": methods}, "two": {"methods": methods}}}
@@ -348,7 +348,7 @@ def test_against_the_best_a2c_picks_a2cs_best_rate_and_counts_wrong_ends():
     """Each learning-rate-control method against A2C at the rate with A2C's highest mean
     (here 3x, though 5x has the higher median); runs below 0.5 are counted; the
     Bonferroni CI of the mean difference holds the 95% one."""
-    ca = _import_benchmark("credit_analysis")
+    ca = import_benchmark("credit_analysis")
     seeds = [0, 1, 2, 3]
     scores = {"a2c": [0.5, 0.5, 0.5, 0.5], "a2c_lr3x": [0.9, 0.9, 0.8, 0.8],
               "a2c_lr5x": [1.0, 1.0, 1.0, 0.0], "reward_w32_pure_lr5x": [1.0, 1.0, 0.9, 0.6],
@@ -372,7 +372,7 @@ def test_against_the_best_a2c_picks_a2cs_best_rate_and_counts_wrong_ends():
 
 def test_run_records_name_the_code_measured():
     """Each run record carries the commit measured; older records read "not recorded"."""
-    common = _import_benchmark("common")
+    common = import_benchmark("common")
     code = common.code_version()
     assert code == "unknown" or re.fullmatch(r"[0-9a-f]{7,40}( \+ uncommitted changes)?", code), code
     record = {"machine": {"host": "h", "cpu_count": 2, "platform": "p"}, "versions": {"ray": "r", "torch": "t"},
@@ -382,7 +382,7 @@ def test_run_records_name_the_code_measured():
 
 
 def test_decision_information_closed_forms():
-    ca = _import_benchmark("credit_analysis")
+    ca = import_benchmark("credit_analysis")
     info = ca.decision_information("delayed_effect", {"length": 4, "noise_std": 0.0})
     assert info["delta"] == pytest.approx(2 * 0.99 ** 4) and info["noise_sd"] == 0.0
     assert info["information"] == pytest.approx(math.log(2)) and info["episode_length"] == 5
@@ -426,7 +426,7 @@ def test_learning_quick(tmp_path):
                     assert run["final_score"] == run["final_return"]
     again = run_script("learning.py", "--quick", "--out", tmp_path)
     assert again.stdout.count("(stored)") == 8, again.stdout[-2000:]
-    learning = _import_benchmark("learning")
+    learning = import_benchmark("learning")
     cell = json.loads((tmp_path / "umbrella_length_10" / "a2c_seed1.json").read_text())
     assert learning._stored_mismatch(("umbrella_length_10", 1, "a2c"), cell) is None
     assert "overrides" in learning._stored_mismatch(("umbrella_length_10", 1, "expected_hca_blend_nomem"), cell)
@@ -479,7 +479,7 @@ def test_credit_analysis_quick(tmp_path):
 
 
 def test_learning_shards_keep_task_seed_blocks_together():
-    learning = _import_benchmark("learning")
+    learning = import_benchmark("learning")
     tasks, methods = ["minatar_Breakout", "umbrella_length_10", "discounting_chain"], \
         ["a2c", "hca", "c2a2c", "expected_hca"]
     items = learning.plan(tasks, [0, 1, 2], methods)
@@ -510,7 +510,7 @@ def _summary(bsuite_seeds, minatar_seeds, ci_low, worse_games):
 
 
 def test_learning_targets_logic():
-    learning = _import_benchmark("learning")
+    learning = import_benchmark("learning")
     t = learning.targets(_summary(5, 5, 0.05, {"hca": ["minatar_Freeway"]}))
     assert t["credit_tasks_best_method"] == "hca"  # the highest IQM
     assert t["minatar_significantly_worse_games"]["hca"] == ["minatar_Freeway"]  # one: allowed
@@ -537,7 +537,7 @@ def test_decision_information_against_the_real_environments():
 
     import hca_rllib  # noqa: F401  (registers the ids)
 
-    ca = _import_benchmark("credit_analysis")
+    ca = import_benchmark("credit_analysis")
     rng = np.random.default_rng(0)
     cases = (("delayed_effect", "HCA/DelayedEffect-v0", {"length": 6, "noise_std": 1.5}, 0),
              ("key_to_door", "HCA/KeyToDoor-v0", {"distractor_length": 6, "apple_noise_std": 2.0}, 1))
@@ -588,7 +588,7 @@ def _full_record(iterations: int = 500, seed: int = 0):
 
 
 def test_compact_record_holds_what_the_reports_read():
-    common = _import_benchmark("common")
+    common = import_benchmark("common")
     full = _full_record()
     record = common.compact_record(full)
     assert record["record_format"] == "compact-1"
@@ -633,7 +633,7 @@ def test_compact_record_holds_what_the_reports_read():
 
 
 def test_run_plan_resumes_compact_cells_and_stops_on_a_mismatch(tmp_path):
-    common = _import_benchmark("common")
+    common = import_benchmark("common")
     made = []
 
     def run_one(item):
@@ -716,7 +716,7 @@ def test_credit_horizon_quick(tmp_path):
 def test_learning_default_method_targets_logic():
     """The targets for the default: no significantly worse MinAtar game, and IQMs
     at least a2c's on MinAtar and bsuite."""
-    learning = _import_benchmark("learning")
+    learning = import_benchmark("learning")
     default = learning.DEFAULT_METHOD
 
     def summary(worse_games, minatar_diff, bsuite_diff, seeds=5):
