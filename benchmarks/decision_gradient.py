@@ -19,7 +19,10 @@ Per variant, over the seeds: the pooled mean with its standard error between see
 spread of the per-seed means (sd between seeds) against the median within-run `se`, and
 the seeds where the mean points away from the good action. A between-seed sd well above
 the within-run `se` says the classifier's error persists over a run's iterations: a
-bias within the run that changes from run to run.
+bias within the run that changes from run to run. The variants change the classifier's
+fit (passes, learning rate, width, input encoding, parameterisation), the steps before
+the measurement (`at_30k`), and, at 30k, hold the policy at its 10k-step weights
+(`policy_held_30k`): three times the pairs under the same policy.
 
     python benchmarks/decision_gradient.py --seeds 0 1 2 3 4 5 --out benchmarks/results/decision_gradient
     HCA_RLLIB_PATHS=rllib python benchmarks/decision_gradient.py --variants default --out runs/decision_rllib
@@ -34,7 +37,7 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
@@ -48,7 +51,7 @@ DEFAULT_OUT = REPO / "benchmarks" / "results" / "decision_gradient"
 NOISY_DELAY = dict(length=30, noise_std=2.0)
 REWARD_OUTCOME = {"hindsight": {"outcome": "reward", "window": 32}, "trust": None}
 ITERATIONS = 8
-# variant -> (training overrides, env steps before the measurement)
+# variant -> (training overrides, env steps before the measurement[, steps from which the policy is held])
 _H = REWARD_OUTCOME["hindsight"]
 VARIANTS: Dict[str, tuple] = {
     "default": (REWARD_OUTCOME, 10_000),
@@ -61,15 +64,21 @@ VARIANTS: Dict[str, tuple] = {
     "symlog": ({**REWARD_OUTCOME, "hindsight": {**_H, "return_encoding": "symlog"}}, 10_000),
     "independent": ({**REWARD_OUTCOME, "hindsight": {**_H, "parameterization": "independent"}}, 10_000),
     "at_30k": (REWARD_OUTCOME, 30_000),
+    # 30k steps of pairs under the policy held at its 10k-step weights: more data, the
+    # same policy (what separates the two changes of `at_30k`).
+    "policy_held_30k": (REWARD_OUTCOME, 30_000, 10_000),
 }
 
 
 def decision_gradients(seed: int, steps: int = 10_000, overrides: Dict[str, Any] = REWARD_OUTCOME,
-                       iterations: int = ITERATIONS):
+                       iterations: int = ITERATIONS, hold_policy_from: Optional[int] = None):
     """After `steps` env steps of the reward outcome (`overrides`) on the noisy delay, over
     `iterations` more iterations, one row per decision: the reward outcome's and A2C's
     squared logit gradients, their components toward the good action, and the exact
-    policy gradient's (four-plus-one float tensors). Needs a running Ray."""
+    policy gradient's (four-plus-one float tensors). `hold_policy_from`: from that many
+    steps on, the policy (its torso and head) is put back to its weights there after
+    every iteration, so the classifier and the value keep learning under one policy (the
+    env runners sample with it up to one update). Needs a running Ray."""
     import torch
     from ray.rllib.core.columns import Columns
     from ray.rllib.evaluation.postprocessing import Postprocessing
@@ -80,9 +89,26 @@ def decision_gradients(seed: int, steps: int = 10_000, overrides: Dict[str, Any]
     config = (HCAConfig().training(credit="expected_hca", **overrides)
               .environment("HCA/DelayedEffect-v0", env_config=NOISY_DELAY).debugging(seed=seed))
     algo = config.build_algo()
+    held: Dict[str, Any] = {}
+
+    def hold_policy(sampled: int) -> None:
+        if hold_policy_from is None or sampled < hold_policy_from:
+            return
+        module = algo.learner_group._learner.module["default_policy"]
+        policy = {**{f"pi_torso.{k}": v for k, v in module.pi_torso.state_dict().items()},
+                  **{f"pi.{k}": v for k, v in module.pi.state_dict().items()}}
+        if not held:
+            held.update({k: v.clone() for k, v in policy.items()})
+        with torch.no_grad():
+            for k, v in policy.items():
+                v.copy_(held[k])
+
     try:
-        while algo.train()["num_env_steps_sampled_lifetime"] < steps:
-            pass
+        while True:
+            sampled = algo.train()["num_env_steps_sampled_lifetime"]
+            hold_policy(sampled)
+            if sampled >= steps:
+                break
         learner = algo.learner_group._learner
         seen = []
         compute_loss = learner.compute_loss_for_module
@@ -101,14 +127,14 @@ def decision_gradients(seed: int, steps: int = 10_000, overrides: Dict[str, Any]
 
         learner.compute_loss_for_module = spy
         for _ in range(iterations):
-            algo.train()
+            hold_policy(algo.train()["num_env_steps_sampled_lifetime"])
     finally:
         algo.stop()
     return [torch.cat(parts) for parts in zip(*seen)]
 
 
-def seed_row(seed: int, steps: int, overrides, iterations: int) -> Dict[str, float]:
-    ours, a2c, toward, a2c_toward, exact = decision_gradients(seed, steps, overrides, iterations)
+def seed_row(seed: int, steps: int, overrides, iterations: int, hold_policy_from=None) -> Dict[str, float]:
+    ours, a2c, toward, a2c_toward, exact = decision_gradients(seed, steps, overrides, iterations, hold_policy_from)
     return {"seed": seed, "decisions": len(toward), "ratio": float(ours.mean() / a2c.mean()),
             "mean": float(toward.mean()), "se": float(toward.std() / len(toward) ** 0.5),
             "a2c_mean": float(a2c_toward.mean()), "exact": float(exact.mean())}
@@ -176,10 +202,10 @@ def main(argv=None) -> None:
     ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=200 * 2**20)
     try:
         summary: Dict[str, Any] = {"command": command_line(), "code": code_version(), "variants": {}}
-        for name, (overrides, steps) in variants.items():
+        for name, (overrides, steps, *hold) in variants.items():
             rows = []
             for seed in seeds:
-                rows.append(seed_row(seed, steps, overrides, iterations))
+                rows.append(seed_row(seed, steps, overrides, iterations, *hold))
                 print(json.dumps({"variant": name, **rows[-1]}), flush=True)
             summary["variants"][name] = {"steps": steps, "overrides": overrides, "rows": rows,
                                          "summary": summarise(rows)}
