@@ -37,7 +37,7 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, NamedTuple, Optional
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
@@ -45,28 +45,35 @@ for _path in (str(REPO), str(BENCH_DIR)):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
-from common import code_version, command_line, write_json  # noqa: E402
+from common import RAY_INIT_KWARGS, code_version, command_line, write_json  # noqa: E402
 
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "decision_gradient"
 NOISY_DELAY = dict(length=30, noise_std=2.0)
 REWARD_OUTCOME = {"hindsight": {"outcome": "reward", "window": 32}, "trust": None}
 ITERATIONS = 8
-# variant -> (training overrides, env steps before the measurement[, steps from which the policy is held])
+
+
+class Variant(NamedTuple):
+    overrides: Dict[str, Any]  # the training overrides
+    steps: int  # env steps before the measurement
+    hold_policy_from: Optional[int] = None  # see `decision_gradients`
+
+
 _H = REWARD_OUTCOME["hindsight"]
-VARIANTS: Dict[str, tuple] = {
-    "default": (REWARD_OUTCOME, 10_000),
-    "epochs_2": ({**REWARD_OUTCOME, "hindsight_epochs": 2}, 10_000),
-    "epochs_8": ({**REWARD_OUTCOME, "hindsight_epochs": 8}, 10_000),
-    "epochs_12": ({**REWARD_OUTCOME, "hindsight_epochs": 12}, 10_000),
-    "lr_third": ({**REWARD_OUTCOME, "hindsight_lr": 7e-4}, 10_000),
-    "lr_3x": ({**REWARD_OUTCOME, "hindsight_lr": 6.3e-3}, 10_000),
-    "hiddens_256": ({**REWARD_OUTCOME, "hindsight": {**_H, "hiddens": [256, 256]}}, 10_000),
-    "symlog": ({**REWARD_OUTCOME, "hindsight": {**_H, "return_encoding": "symlog"}}, 10_000),
-    "independent": ({**REWARD_OUTCOME, "hindsight": {**_H, "parameterization": "independent"}}, 10_000),
-    "at_30k": (REWARD_OUTCOME, 30_000),
+VARIANTS: Dict[str, Variant] = {
+    "default": Variant(REWARD_OUTCOME, 10_000),
+    "epochs_2": Variant({**REWARD_OUTCOME, "hindsight_epochs": 2}, 10_000),
+    "epochs_8": Variant({**REWARD_OUTCOME, "hindsight_epochs": 8}, 10_000),
+    "epochs_12": Variant({**REWARD_OUTCOME, "hindsight_epochs": 12}, 10_000),
+    "lr_third": Variant({**REWARD_OUTCOME, "hindsight_lr": 7e-4}, 10_000),
+    "lr_3x": Variant({**REWARD_OUTCOME, "hindsight_lr": 6.3e-3}, 10_000),
+    "hiddens_256": Variant({**REWARD_OUTCOME, "hindsight": {**_H, "hiddens": [256, 256]}}, 10_000),
+    "symlog": Variant({**REWARD_OUTCOME, "hindsight": {**_H, "return_encoding": "symlog"}}, 10_000),
+    "independent": Variant({**REWARD_OUTCOME, "hindsight": {**_H, "parameterization": "independent"}}, 10_000),
+    "at_30k": Variant(REWARD_OUTCOME, 30_000),
     # 30k steps of pairs under the policy held at its 10k-step weights: more data, the
     # same policy (what separates the two changes of `at_30k`).
-    "policy_held_30k": (REWARD_OUTCOME, 30_000, 10_000),
+    "policy_held_30k": Variant(REWARD_OUTCOME, 30_000, hold_policy_from=10_000),
 }
 
 
@@ -89,19 +96,19 @@ def decision_gradients(seed: int, steps: int = 10_000, overrides: Dict[str, Any]
     config = (HCAConfig().training(credit="expected_hca", **overrides)
               .environment("HCA/DelayedEffect-v0", env_config=NOISY_DELAY).debugging(seed=seed))
     algo = config.build_algo()
-    held: Dict[str, Any] = {}
+    learner = algo.learner_group._learner
+    module = learner.module["default_policy"]
+    policy = [*module.pi_torso.parameters(), *module.pi.parameters()]
+    held: List[torch.Tensor] = []
 
     def hold_policy(sampled: int) -> None:
         if hold_policy_from is None or sampled < hold_policy_from:
             return
-        module = algo.learner_group._learner.module["default_policy"]
-        policy = {**{f"pi_torso.{k}": v for k, v in module.pi_torso.state_dict().items()},
-                  **{f"pi.{k}": v for k, v in module.pi.state_dict().items()}}
         if not held:
-            held.update({k: v.clone() for k, v in policy.items()})
+            held.extend(p.detach().clone() for p in policy)
         with torch.no_grad():
-            for k, v in policy.items():
-                v.copy_(held[k])
+            for p, h in zip(policy, held):
+                p.copy_(h)
 
     try:
         while True:
@@ -109,7 +116,6 @@ def decision_gradients(seed: int, steps: int = 10_000, overrides: Dict[str, Any]
             hold_policy(sampled)
             if sampled >= steps:
                 break
-        learner = algo.learner_group._learner
         seen = []
         compute_loss = learner.compute_loss_for_module
 
@@ -133,8 +139,9 @@ def decision_gradients(seed: int, steps: int = 10_000, overrides: Dict[str, Any]
     return [torch.cat(parts) for parts in zip(*seen)]
 
 
-def seed_row(seed: int, steps: int, overrides, iterations: int, hold_policy_from=None) -> Dict[str, float]:
-    ours, a2c, toward, a2c_toward, exact = decision_gradients(seed, steps, overrides, iterations, hold_policy_from)
+def seed_row(seed: int, variant: Variant, iterations: int) -> Dict[str, float]:
+    ours, a2c, toward, a2c_toward, exact = decision_gradients(seed, variant.steps, variant.overrides, iterations,
+                                                              variant.hold_policy_from)
     return {"seed": seed, "decisions": len(toward), "ratio": float(ours.mean() / a2c.mean()),
             "mean": float(toward.mean()), "se": float(toward.std() / len(toward) ** 0.5),
             "a2c_mean": float(a2c_toward.mean()), "exact": float(exact.mean())}
@@ -144,8 +151,8 @@ def summarise(rows: List[Dict[str, float]]) -> Dict[str, float]:
     means = [r["mean"] for r in rows]
     between = statistics.stdev(means) if len(means) > 1 else None  # one seed: no spread
     return {"seeds": len(rows), "pooled_mean": statistics.mean(means),
-            "pooled_se": None if between is None else between / len(means) ** 0.5, "exact": statistics.mean(r["exact"] for r in rows),
-            "between_seed_sd": between, "within_run_se": statistics.median(r["se"] for r in rows),
+            "pooled_se": None if between is None else between / len(means) ** 0.5,
+            "exact": statistics.mean(r["exact"] for r in rows), "between_seed_sd": between, "within_run_se": statistics.median(r["se"] for r in rows),
             "wrong_sign": sum(m < 0 for m in means),
             "ratio_min": min(r["ratio"] for r in rows), "ratio_max": max(r["ratio"] for r in rows)}
 
@@ -165,6 +172,7 @@ def render(summary: Dict[str, Any]) -> str:
         "within-run se | wrong sign | squared gradient / A2C's |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
+
     def num(x) -> str:
         return "n/a" if x is None else f"{x:.3f}"
 
@@ -191,23 +199,25 @@ def main(argv=None) -> None:
     import ray
     import torch
 
+    from hca_rllib.runner import start_local_ray
+
     torch.set_num_threads(1)  # seeded runs repeat exactly only with one intra-op thread
     variants = {name: VARIANTS[name] for name in args.variants}
     seeds, iterations = args.seeds, ITERATIONS
     if args.quick:
-        variants = {"default": (REWARD_OUTCOME, 2_000)}
+        variants = {"default": Variant(REWARD_OUTCOME, 2_000)}
         seeds, iterations = [0], 1
     out = args.out or (Path(tempfile.mkdtemp()) if args.quick else DEFAULT_OUT)
     out.mkdir(parents=True, exist_ok=True)
-    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=200 * 2**20)
+    start_local_ray(**RAY_INIT_KWARGS)
     try:
         summary: Dict[str, Any] = {"command": command_line(), "code": code_version(), "variants": {}}
-        for name, (overrides, steps, *hold) in variants.items():
+        for name, variant in variants.items():
             rows = []
             for seed in seeds:
-                rows.append(seed_row(seed, steps, overrides, iterations, *hold))
+                rows.append(seed_row(seed, variant, iterations))
                 print(json.dumps({"variant": name, **rows[-1]}), flush=True)
-            summary["variants"][name] = {"steps": steps, "overrides": overrides, "rows": rows,
+            summary["variants"][name] = {"steps": variant.steps, "overrides": variant.overrides, "rows": rows,
                                          "summary": summarise(rows)}
             write_json(out / "summary.json", summary)  # each finished variant is kept
             (out / "summary.md").write_text(render(summary))

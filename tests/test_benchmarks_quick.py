@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scripts import import_benchmark, run_script
+from scripts import BENCHMARKS, import_benchmark, run_script
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -276,9 +276,6 @@ def test_env_runner_memory_quick(tmp_path):
     assert "| lean |" in (tmp_path / "summary.md").read_text()
 
 # ------------------------------------------------ learning.py and credit_analysis.py
-
-BENCHMARKS = REPO / "benchmarks"
-
 
 def test_binary_shift_information_against_monte_carlo_and_limits():
     ca = import_benchmark("credit_analysis")
